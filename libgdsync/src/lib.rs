@@ -1,0 +1,1 @@
+//! libgdsync: GPUDirect Async in Rust (work in progress, see issue 5).
