@@ -1,0 +1,14 @@
+//! Pieces shared by libgdrapi, libgdsync and the tools.
+//!
+//! - [`errno`]: the one error type (an errno value) and the helper that turns a failed syscall into it;
+//! - [`log`]: an environment-configured logger that writes one line per event to stderr;
+//! - [`boundary`]: the guard every exported C function runs its body in, so no panic reaches C;
+//! - [`dl`] and [`cuda`]: the one place that loads libcuda at run time (dlopen + cuGetProcAddress).
+
+pub mod boundary;
+pub mod cuda;
+pub mod dl;
+pub mod errno;
+pub mod log;
+
+pub use errno::{Errno, Result};

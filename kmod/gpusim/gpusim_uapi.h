@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * User-space interface of gpusim, the test-only simulated GPU.
+ *
+ * gpusim turns the prefetchable BAR of QEMU's ivshmem-plain device into "GPU memory". User space
+ * (sim/cudasim, our libcuda stand-in) allocates from it through /dev/gpusim; gdrdrv pins the same
+ * memory through the nvidia_p2p_* kernel API that gpusim exports.
+ *
+ * Address model (mirrors CUDA's unified addressing):
+ *  - Every process (thread group) that opens /dev/gpusim gets its own GPU virtual address space.
+ *    GPUSIM_IOC_ALLOC returns a GPU VA, 64 KiB aligned, taken from
+ *    [GPUSIM_VA_BASE, GPUSIM_VA_BASE + GPUSIM_VA_SPAN) and never reused by that process.
+ *  - The simulated GPU's own view of an allocation is obtained by mmap()ing /dev/gpusim with
+ *    offset == gpu_va (so vm_pgoff == gpu_va >> PAGE_SHIFT). cudasim maps it at address gpu_va
+ *    (MAP_FIXED_NOREPLACE) so that device pointers are also valid CPU addresses for the simulator.
+ *    A mapping may cover a prefix or any page-aligned sub-range of one allocation.
+ *  - nvidia_p2p_get_pages(token, va_space, va, len, ...) resolves va in the address space of the
+ *    calling thread group (current->tgid), like the real driver resolves it in the caller's
+ *    CUDA context.
+ *  - GPUSIM_IOC_FREE (and the last close of a process's /dev/gpusim files) frees the allocation:
+ *    free callbacks of non-persistent pins run first; persistent pins keep the BAR pages reserved
+ *    until nvidia_p2p_put_pages_persistent. The simulator's own mappings of a freed allocation
+ *    are zapped.
+ */
+#ifndef GPUSIM_UAPI_H
+#define GPUSIM_UAPI_H
+
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+#define GPUSIM_DEVICE_PATH "/dev/gpusim"
+#define GPUSIM_PAGE_SIZE 0x10000ULL          /* GPU page: 64 KiB, as NVIDIA's p2p API */
+#define GPUSIM_VA_BASE 0x200000000000ULL      /* 32 TiB: clear of PIE, heap and mmap areas */
+#define GPUSIM_VA_SPAN 0x010000000000ULL      /* 1 TiB of GPU VA per process */
+
+#define GPUSIM_IOC_MAGIC 0xE7
+
+/* Allocate size bytes (rounded up to 64 KiB) of device memory. */
+struct gpusim_alloc {
+	__u64 size;    /* in: bytes, > 0 */
+	__u64 flags;   /* in: must be 0 */
+	__u64 gpu_va;  /* out: GPU virtual address, 64 KiB aligned */
+};
+
+/* Free an allocation by its exact start address. */
+struct gpusim_free {
+	__u64 gpu_va;  /* in */
+};
+
+/* Device facts, for cuDeviceGetAttribute/cuMemGetInfo. */
+struct gpusim_info {
+	__u64 bar_size;       /* out: bytes of simulated device memory */
+	__u64 bar_phys;       /* out: BAR physical address (what page tables report) */
+	__u64 free_bytes;     /* out: bytes not allocated or held by persistent pins */
+	__u32 pci_domain;     /* out */
+	__u32 pci_bus;        /* out */
+	__u32 pci_device;     /* out */
+	__u32 pci_function;   /* out */
+	__u64 active_pins;    /* out: outstanding nvidia_p2p pins, all processes */
+};
+
+/* Look up which allocation contains gpu_va in the caller's address space. */
+struct gpusim_query {
+	__u64 gpu_va;     /* in: any address */
+	__u64 base;       /* out: allocation start */
+	__u64 size;       /* out: allocation size (64 KiB multiple) */
+};
+
+#define GPUSIM_IOC_ALLOC _IOWR(GPUSIM_IOC_MAGIC, 1, struct gpusim_alloc)
+#define GPUSIM_IOC_FREE  _IOW(GPUSIM_IOC_MAGIC, 2, struct gpusim_free)
+#define GPUSIM_IOC_INFO  _IOR(GPUSIM_IOC_MAGIC, 3, struct gpusim_info)
+#define GPUSIM_IOC_QUERY _IOWR(GPUSIM_IOC_MAGIC, 4, struct gpusim_query)
+
+/*
+ * Errors: EINVAL bad argument or unknown address; ENOMEM BAR exhausted or VA space exhausted;
+ * ENOTTY unknown command; EFAULT bad user pointer.
+ */
+
+#endif /* GPUSIM_UAPI_H */
