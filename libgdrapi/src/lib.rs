@@ -1,1 +1,25 @@
-//! libgdrapi
+//! libgdrapi: a drop-in replacement for NVIDIA gdrcopy 2.6's user library.
+//!
+//! Layers, top to bottom (nothing reaches up):
+//! - [`capi`]: the `gdr_*` C ABI (the cdylib `libgdrapi.so.2` and `libgdrapi.a`), with the
+//!   [`registry`] that turns C handles into core objects;
+//! - [`safe`]: the Rust API ([`Gdr`], [`PinnedBuffer`], [`Mapping`]);
+//! - [`core`]: instances, pins, mappings, copies and fences;
+//! - [`backend`]: gdrdrv ioctls or CUDA dma-buf export; [`copy`]: the copy engines;
+//!   [`cpu_mapping`]: mmap/munmap.
+
+#[macro_use]
+mod log;
+
+pub mod abi;
+pub mod backend;
+pub mod capi;
+pub mod copy;
+pub mod core;
+pub mod cpu_mapping;
+mod registry;
+pub mod safe;
+
+pub use abi::MappingType;
+pub use gpudirect_common::{Errno, Result};
+pub use safe::{Attribute, Gdr, Mapping, PinnedBuffer};

@@ -1,0 +1,243 @@
+//! The `gdr_*` C ABI: exactly the 17 functions of gdrcopy 2.6, with upstream's signatures.
+//!
+//! Each function checks its pointers, looks its `gdr_t`/`gdr_mh_t` up in the registry, calls the
+//! core, and converts the result to upstream's convention (0 or a positive errno) inside
+//! [`boundary`], which also keeps panics from unwinding into C. Failure values per function are
+//! tabulated in docs/return-values.md.
+
+use std::ffi::{c_char, c_int, c_ulong, c_void};
+
+use gpudirect_common::boundary::guard;
+use gpudirect_common::{Errno, Result};
+
+use crate::abi::{GdrInfoV1, GdrInfoV2, GdrMh, MappingType, set_info_bits};
+use crate::backend::PinRequest;
+use crate::core::{self, Direction, Instance};
+use crate::registry;
+
+/// Opaque `gdr_t` as C sees it.
+pub type GdrT = *mut c_void;
+
+/// Runs `body`, mapping errors to their errno and panics to EIO (with a log line).
+fn boundary(name: &str, body: impl FnOnce() -> Result<()>) -> c_int {
+    guard(libc::EIO, |msg| gdr_err!("internal error in {name}: {msg}"), || match body() {
+        Ok(()) => 0,
+        Err(e) => e.0,
+    })
+}
+
+/// Checks a caller's out-pointer.
+fn out<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T> {
+    if p.is_null() {
+        gdr_err!("{what} is NULL");
+        return Err(Errno::EINVAL);
+    }
+    // SAFETY: non-NULL, and the C contract of every function here says the pointer refers to a
+    // writable object of type T owned by the caller for the duration of the call.
+    Ok(unsafe { &mut *p })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn gdr_open() -> GdrT {
+    guard(
+        std::ptr::null_mut(),
+        |msg| gdr_err!("internal error in gdr_open: {msg}"),
+        || match Instance::open() {
+            Ok(instance) => registry::add_instance(instance) as GdrT,
+            Err(_) => std::ptr::null_mut(),
+        },
+    )
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn gdr_close(g: GdrT) -> c_int {
+    boundary("gdr_close", || {
+        let key = g as usize;
+        let instance = registry::instance(key)?;
+        let result = instance.unpin_all();
+        registry::forget_unpinned(key, &instance);
+        result?;
+        // Dropping the last reference closes the gdrdrv file (or releases CUDA).
+        registry::remove_instance(key);
+        Ok(())
+    })
+}
+
+fn pin(g: GdrT, req: PinRequest, handle: *mut GdrMh) -> Result<()> {
+    let handle = out(handle, "handle")?;
+    let instance = registry::instance(g as usize)?;
+    let pin = instance.pin(&req)?;
+    handle.h = registry::add_handle(g as usize, pin) as c_ulong;
+    Ok(())
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn gdr_pin_buffer(
+    g: GdrT,
+    addr: c_ulong,
+    size: usize,
+    p2p_token: u64,
+    va_space: u32,
+    handle: *mut GdrMh,
+) -> c_int {
+    boundary("gdr_pin_buffer", || {
+        pin(g, PinRequest { addr, size: size as u64, flags: 0, p2p_token, va_space }, handle)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn gdr_pin_buffer_v2(g: GdrT, addr: c_ulong, size: usize, flags: u32, handle: *mut GdrMh) -> c_int {
+    boundary("gdr_pin_buffer_v2", || pin(g, PinRequest { addr, size: size as u64, flags, ..Default::default() }, handle))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn gdr_unpin_buffer(g: GdrT, handle: GdrMh) -> c_int {
+    boundary("gdr_unpin_buffer", || {
+        let key = g as usize;
+        let instance = registry::instance(key)?;
+        let pin = registry::handle_of(key, handle.h as usize)?;
+        let result = instance.unpin(&pin);
+        registry::forget_unpinned(key, &instance);
+        result
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn gdr_get_callback_flag(g: GdrT, handle: GdrMh, flag: *mut c_int) -> c_int {
+    boundary("gdr_get_callback_flag", || {
+        let flag = out(flag, "flag")?;
+        let instance = registry::instance(g as usize)?;
+        let pin = registry::handle_of(g as usize, handle.h as usize)?;
+        *flag = c_int::from(instance.callback_flag(&pin)?);
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn gdr_get_info_v2(g: GdrT, handle: GdrMh, info: *mut GdrInfoV2) -> c_int {
+    boundary("gdr_get_info_v2", || {
+        let info = out(info, "info")?;
+        let instance = registry::instance(g as usize)?;
+        let pin = registry::handle_of(g as usize, handle.h as usize)?;
+        let f = instance.info(&pin)?;
+        info.va = f.va;
+        info.mapped_size = f.mapped_size;
+        info.page_size = f.page_size;
+        info.tm_cycles = f.tm_cycles;
+        info.cycles_per_ms = f.cycles_per_ms;
+        set_info_bits(&mut info.flag_bits, f.mapping_type != MappingType::None, f.mapping_type == MappingType::WriteCombined);
+        info.mapping_type = f.mapping_type as u32;
+        Ok(())
+    })
+}
+
+/// The pre-2.4 entry point, kept for old binaries: fills the 40-byte `struct gdr_info`.
+#[unsafe(no_mangle)]
+pub extern "C" fn gdr_get_info(g: GdrT, handle: GdrMh, info: *mut GdrInfoV1) -> c_int {
+    boundary("gdr_get_info", || {
+        let info = out(info, "info")?;
+        let instance = registry::instance(g as usize)?;
+        let pin = registry::handle_of(g as usize, handle.h as usize)?;
+        instance.info_v1(&pin, info)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn gdr_map_v2(g: GdrT, handle: GdrMh, ptr_va: *mut *mut c_void, size: usize, flags: c_int) -> c_int {
+    boundary("gdr_map_v2", || {
+        let va = out(ptr_va, "va")?;
+        let instance = registry::instance(g as usize)?;
+        let pin = registry::handle_of(g as usize, handle.h as usize)?;
+        let m = instance.map(&pin, size, flags)?;
+        if let Some((_, t)) = pin.mapping() {
+            registry::note_mapping_type(handle.h as usize, t);
+        }
+        *va = m.addr as *mut c_void;
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn gdr_map(g: GdrT, handle: GdrMh, va: *mut *mut c_void, size: usize) -> c_int {
+    gdr_map_v2(g, handle, va, size, crate::abi::GDR_MAP_FLAG_DEFAULT)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn gdr_unmap(g: GdrT, handle: GdrMh, va: *mut c_void, size: usize) -> c_int {
+    boundary("gdr_unmap", || {
+        let instance = registry::instance(g as usize)?;
+        let pin = registry::handle_of(g as usize, handle.h as usize)?;
+        instance.unmap(&pin, va as usize, size)?;
+        registry::note_mapping_type(handle.h as usize, MappingType::None);
+        Ok(())
+    })
+}
+
+fn copy(name: &str, handle: GdrMh, dir: Direction, mapped: *const c_void, host: *const c_void, size: usize) -> c_int {
+    boundary(name, || {
+        let pin = registry::pin_of(handle.h as usize)?;
+        if size != 0 && host.is_null() {
+            gdr_err!("host pointer is NULL");
+            return Err(Errno::EINVAL);
+        }
+        // SAFETY: the C contract: `host` is valid for `size` bytes in the copy's direction and does
+        // not overlap the mapping. The device range is checked against the mapping by the core.
+        unsafe { core::copy(&pin, dir, mapped as usize, host as usize, size) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn gdr_copy_to_mapping(handle: GdrMh, map_d_ptr: *mut c_void, h_ptr: *const c_void, size: usize) -> c_int {
+    copy("gdr_copy_to_mapping", handle, Direction::ToMapping, map_d_ptr, h_ptr, size)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn gdr_copy_from_mapping(handle: GdrMh, h_ptr: *mut c_void, map_d_ptr: *const c_void, size: usize) -> c_int {
+    copy("gdr_copy_from_mapping", handle, Direction::FromMapping, map_d_ptr, h_ptr, size)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut c_int) {
+    let (ma, mi) = core::runtime_version();
+    // SAFETY: each pointer is checked for NULL; non-NULL ones point to caller-owned ints.
+    unsafe {
+        if !major.is_null() {
+            *major = ma;
+        }
+        if !minor.is_null() {
+            *minor = mi;
+        }
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn gdr_driver_get_version(g: GdrT, major: *mut c_int, minor: *mut c_int) -> c_int {
+    boundary("gdr_driver_get_version", || {
+        let major = out(major, "major")?;
+        let minor = out(minor, "minor")?;
+        let (ma, mi) = registry::instance(g as usize)?.driver_version()?;
+        *major = ma;
+        *minor = mi;
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn gdr_get_attribute(g: GdrT, attr: c_int, v: *mut c_int) -> c_int {
+    boundary("gdr_get_attribute", || {
+        let v = out(v, "v")?;
+        *v = 0;
+        *v = registry::instance(g as usize)?.attribute(attr)?;
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn gdr_get_mapping_type_string(mapping_type: c_int, pstr: *mut *const c_char) -> c_int {
+    boundary("gdr_get_mapping_type_string", || {
+        let pstr = out(pstr, "pstr")?;
+        let t = u32::try_from(mapping_type).ok().and_then(MappingType::from_raw).ok_or(Errno::EINVAL)?;
+        *pstr = t.name().as_ptr();
+        Ok(())
+    })
+}

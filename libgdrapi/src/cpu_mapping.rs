@@ -1,0 +1,65 @@
+//! CPU mappings of pinned GPU memory: the `mmap`/`munmap` calls, kept in one small unsafe module.
+
+use std::ffi::c_void;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use gpudirect_common::{Errno, Result};
+
+/// A live shared mapping created by [`map_shared`]; plain data, unmapped explicitly with [`unmap`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuMapping {
+    pub addr: usize,
+    pub len: usize,
+}
+
+impl CpuMapping {
+    /// Whether `[p, p + n)` lies inside this mapping.
+    pub fn contains(&self, p: usize, n: usize) -> bool {
+        p >= self.addr && p.checked_add(n).is_some_and(|end| end <= self.addr + self.len)
+    }
+}
+
+/// `mmap(NULL, len, PROT_READ|PROT_WRITE, MAP_SHARED, fd, offset)`.
+pub fn map_shared(fd: BorrowedFd<'_>, len: usize, offset: u64) -> Result<CpuMapping> {
+    let off = libc::off_t::try_from(offset).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: a fresh mapping at a kernel-chosen address cannot alias any Rust object; fd is open.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), off)
+    };
+    if p == libc::MAP_FAILED {
+        return Err(Errno::last());
+    }
+    Ok(CpuMapping { addr: p as usize, len })
+}
+
+/// `munmap(addr, len)` of a range the caller hands back (upstream does not check it either).
+pub fn unmap(addr: usize, len: usize) -> Result<()> {
+    // SAFETY: munmap only changes the address space; callers pass ranges the user obtained from a
+    // gdr_map. No Rust reference into the range is alive (copies hold the handle lock, see core).
+    let r = unsafe { libc::munmap(addr as *mut c_void, len) };
+    if r == -1 { Err(Errno::last()) } else { Ok(()) }
+}
+
+/// Host page facts (`sysconf(_SC_PAGESIZE)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostPage {
+    pub size: usize,
+    pub shift: u8,
+}
+
+impl HostPage {
+    pub fn get() -> HostPage {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let size = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        HostPage { size, shift: size.trailing_zeros() as u8 }
+    }
+
+    pub fn mask(&self) -> usize {
+        !(self.size - 1)
+    }
+
+    /// `size` rounded up to whole host pages; None on overflow.
+    pub fn round_up(&self, size: usize) -> Option<usize> {
+        Some(size.checked_add(self.size - 1)? & self.mask())
+    }
+}
