@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The project's front door: build, install and test the GPUDirect stack in Rust.
+#
+#   ./build.sh [build]                 cargo build --release + C tools
+#   ./build.sh install --prefix DIR    build, then install libraries (with soname links), headers,
+#                                      pkg-config files, tools and kernel-module sources
+#                                      [--libdir D] [--includedir D] [--bindir D] [--destdir D]
+#   ./build.sh check                   install test dependencies, then run every test suite
+#                                      (unit, C ABI, consumers, VM end to end) [--no-vm] [--no-deps]
+#   ./build.sh deps                    install build/test dependencies only (apt + pip)
+#
+# configure.ac/Makefile.am drive the same script, so both front doors install the same layout.
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")" && pwd)
+cd "$top"
+
+GDRAPI_VERSION=$(scripts/version gdrapi)
+GDRAPI_MAJOR=${GDRAPI_VERSION%%.*}
+GDSYNC_VERSION=$(scripts/version gdsync 2>/dev/null || echo "")
+CARGO=${CARGO:-cargo}
+CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$top/target}
+export CARGO_TARGET_DIR
+rel="$CARGO_TARGET_DIR/release"
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+build() {
+    log "cargo build --release (workspace)"
+    "$CARGO" build --release --workspace --locked
+    if [ -f tools/gdrcopy/Makefile ]; then
+        local cuda_inc
+        cuda_inc=$(scripts/fetch-cuda-headers)
+        log "building gdrcopy tools"
+        make -C tools/gdrcopy all \
+            GDRAPI_CFLAGS="-I$top/include" GDRAPI_LIBS="-L$rel -lgdrapi" \
+            CUDA_CFLAGS="-I$cuda_inc" CUDA_LIBS="-L$rel -lcuda"
+    fi
+}
+
+# install_lib NAME REALVERSION SONAME_MAJOR: target/release/libNAME.so → libNAME.so.REAL + links.
+install_lib() {
+    local name=$1 real=$2 major=$3 dir=$4
+    install -D -m 0755 "$rel/lib$name.so" "$dir/lib$name.so.$real"
+    ln -sf "lib$name.so.$real" "$dir/lib$name.so.$major"
+    ln -sf "lib$name.so.$major" "$dir/lib$name.so"
+    install -m 0644 "$rel/lib$name.a" "$dir/lib$name.a"
+}
+
+fill_pc() {
+    local in=$1 out=$2 version=$3
+    sed -e "s|@prefix@|$prefix|g" -e "s|@libdir@|$libdir|g" -e "s|@includedir@|$includedir|g" \
+        -e "s|@VERSION@|$version|g" "$in" > "$out"
+}
+
+install_all() {
+    prefix=/usr/local libdir="" includedir="" bindir="" destdir=""
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --prefix) prefix=$2; shift 2 ;;
+            --prefix=*) prefix=${1#*=}; shift ;;
+            --libdir) libdir=$2; shift 2 ;;
+            --libdir=*) libdir=${1#*=}; shift ;;
+            --includedir) includedir=$2; shift 2 ;;
+            --includedir=*) includedir=${1#*=}; shift ;;
+            --bindir) bindir=$2; shift 2 ;;
+            --bindir=*) bindir=${1#*=}; shift ;;
+            --destdir) destdir=$2; shift 2 ;;
+            --destdir=*) destdir=${1#*=}; shift ;;
+            *) echo "install: unknown option $1" >&2; exit 2 ;;
+        esac
+    done
+    prefix=$(realpath -m "$prefix")
+    libdir=${libdir:-$prefix/lib}
+    includedir=${includedir:-$prefix/include}
+    bindir=${bindir:-$prefix/bin}
+    local D=$destdir
+    build
+    log "installing into ${D}${prefix}"
+    install_lib gdrapi "$GDRAPI_VERSION" "$GDRAPI_MAJOR" "$D$libdir"
+    install -D -m 0644 include/gdrapi.h "$D$includedir/gdrapi.h"
+    install -D -m 0644 include/gdrconfig.h "$D$includedir/gdrconfig.h"
+    mkdir -p "$D$libdir/pkgconfig"
+    fill_pc pkgconfig/gdrapi.pc.in "$D$libdir/pkgconfig/gdrapi.pc" "$GDRAPI_VERSION"
+
+    if [ -n "$GDSYNC_VERSION" ] && [ -f "$rel/libgdsync.so" ]; then
+        # libtool's -version-info (major+minor):0:minor gives libgdsync.so.MAJOR.MINOR.0.
+        install_lib gdsync "$GDSYNC_VERSION.0" "${GDSYNC_VERSION%%.*}" "$D$libdir"
+        install -D -m 0644 include/gdsync.h "$D$includedir/gdsync.h"
+        mkdir -p "$D$includedir/gdsync"
+        install -m 0644 include/gdsync/* "$D$includedir/gdsync/"
+        if [ -f pkgconfig/gdsync.pc.in ]; then
+            fill_pc pkgconfig/gdsync.pc.in "$D$libdir/pkgconfig/gdsync.pc" "$GDSYNC_VERSION"
+        fi
+    fi
+
+    if [ -f tools/gdrcopy/Makefile ]; then
+        make -C tools/gdrcopy install DESTDIR="$D" bindir="$bindir"
+    fi
+
+    # Kernel module sources in DKMS layout (/usr/src/gdrdrv-VERSION for prefix /usr).
+    if [ -d kmod/gdrdrv ]; then
+        local src="$D$prefix/src/gdrdrv-$GDRAPI_VERSION"
+        rm -rf "$src"
+        mkdir -p "$src"
+        # Sources only (no build outputs): C, headers, Kbuild/Makefiles, dkms.conf, scripts.
+        (cd kmod/gdrdrv && find . -type f \( -name '*.c' -o -name '*.h' -o -name Kbuild -o -name Makefile \
+            -o -name dkms.conf -o -name '*.sh' -o -name gdrdrv-load \) ! -name '*.mod.c' -print0) |
+            while IFS= read -r -d '' f; do install -D -m 0644 "kmod/gdrdrv/$f" "$src/$f"; done
+        # Our nv-p2p.h, used when no NVIDIA source tree is given (NVIDIA_SRC_DIR).
+        install -D -m 0644 kmod/nv-p2p/nv-p2p.h "$src/nv-p2p/nv-p2p.h"
+        find "$src" -name '*.sh' -exec chmod 0755 {} +
+        if [ -f "$src/gdrdrv-load" ]; then chmod 0755 "$src/gdrdrv-load"; fi
+    fi
+    log "installed: libraries in $libdir, headers in $includedir, tools in $bindir"
+}
+
+deps() {
+    scripts/install-deps "$@"
+}
+
+check() {
+    local vm=1 want_deps=1
+    for a in "$@"; do
+        case "$a" in
+            --no-vm) vm=0 ;;
+            --no-deps) want_deps=0 ;;
+            *) echo "check: unknown option $a" >&2; exit 2 ;;
+        esac
+    done
+    [ "$want_deps" = 1 ] && deps
+    scripts/run-tests $([ "$vm" = 1 ] || echo --no-vm)
+}
+
+cmd=${1:-build}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+    build) build ;;
+    install) install_all "$@" ;;
+    check) check "$@" ;;
+    deps) deps "$@" ;;
+    -h|--help|help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' ;;
+    *) echo "unknown command $cmd (build|install|check|deps)" >&2; exit 2 ;;
+esac
