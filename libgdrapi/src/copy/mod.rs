@@ -184,76 +184,51 @@ pub(crate) enum Op {
     Lines,
 }
 
-/// One segment: `len` bytes starting `off` bytes into the copy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Seg {
-    pub(crate) op: Op,
-    pub(crate) off: usize,
-    pub(crate) len: usize,
-}
-
-/// At most 7 segments: head, 16, 32, lines, 32, 16, tail.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Plan {
-    segs: [Seg; 7],
-    n: usize,
-}
-
-impl Plan {
-    fn push(&mut self, op: Op, off: usize, len: usize) {
-        self.segs[self.n] = Seg { op, off, len };
-        self.n += 1;
-    }
-
-    pub(crate) fn segs(&self) -> &[Seg] {
-        &self.segs[..self.n]
-    }
-}
-
 /// Splits a write-combined copy of `len` bytes whose device side starts at `dev_addr` (spec
-/// §4.5, steps 1-7): under 16 bytes, all with the helper; otherwise a helper head up to 16-byte
-/// alignment, one 16-byte and one 32-byte step up to 64-byte alignment, the whole lines, one
-/// 32-byte and one 16-byte step, and a helper tail under 16 bytes.
-pub(crate) fn plan_wc(dev_addr: usize, len: usize) -> Plan {
-    let mut p = Plan { segs: [Seg { op: Op::Aligned, off: 0, len: 0 }; 7], n: 0 };
+/// §4.5, steps 1-7) and calls `seg(op, offset, length)` for each piece, in address order: under
+/// 16 bytes, all with the helper; otherwise a helper head up to 16-byte alignment, one 16-byte
+/// and one 32-byte step up to 64-byte alignment, the whole lines, one 32-byte and one 16-byte
+/// step, and a helper tail under 16 bytes. A visitor rather than a returned list keeps the
+/// per-call cost to a few compares for small copies; the tests collect the pieces and check them.
+#[inline(always)]
+pub(crate) fn plan_wc(dev_addr: usize, len: usize, mut seg: impl FnMut(Op, usize, usize)) {
     if len == 0 {
-        return p;
+        return;
     }
     if len < 16 {
-        p.push(Op::Aligned, 0, len);
-        return p;
+        seg(Op::Aligned, 0, len);
+        return;
     }
     let mut off = (16 - (dev_addr & 15)) & 15;
     if off != 0 {
-        p.push(Op::Aligned, 0, off);
+        seg(Op::Aligned, 0, off);
     }
     let at = |off: usize| (dev_addr + off) & 63;
     if len - off >= 16 && at(off) & 31 == 16 {
-        p.push(Op::W16, off, 16);
+        seg(Op::W16, off, 16);
         off += 16;
     }
     if len - off >= 32 && at(off) == 32 {
-        p.push(Op::W32, off, 32);
+        seg(Op::W32, off, 32);
         off += 32;
     }
     let lines = (len - off) & !63;
     if lines != 0 {
         // 64-aligned here: every step above that could not run left fewer than 64 bytes.
-        p.push(Op::Lines, off, lines);
+        seg(Op::Lines, off, lines);
         off += lines;
     }
     if len - off >= 32 {
-        p.push(Op::W32, off, 32);
+        seg(Op::W32, off, 32);
         off += 32;
     }
     if len - off >= 16 {
-        p.push(Op::W16, off, 16);
+        seg(Op::W16, off, 16);
         off += 16;
     }
     if len > off {
-        p.push(Op::Aligned, off, len - off);
+        seg(Op::Aligned, off, len - off);
     }
-    p
 }
 
 /// Executes `plan_wc` with the slots of one direction. `dst`/`src` are in copy order; the device
@@ -274,17 +249,17 @@ unsafe fn run_plan(
         Direction::ToDevice => dst.addr(),
         Direction::FromDevice => src.addr(),
     };
-    for s in plan_wc(dev_addr, len).segs() {
-        let f = match s.op {
+    plan_wc(dev_addr, len, |op, off, n| {
+        let f = match op {
             Op::Aligned => helper,
             Op::W16 => slots.w16,
             Op::W32 => slots.w32,
             Op::Lines => slots.line,
         };
-        // SAFETY: `plan_wc` yields disjoint segments inside [0, len), so both pointers stay in
-        // their ranges; W16/W32/Lines segments start at device addresses aligned to 16/32/64 and
+        // SAFETY: `plan_wc` yields disjoint pieces inside [0, len), so both pointers stay in
+        // their ranges; W16/W32/Lines pieces start at device addresses aligned to 16/32/64 and
         // have lengths that are multiples of those, which every kernel placed in those slots
         // accepts (its width divides the slot's alignment); the helper takes any alignment.
-        unsafe { f(dst.add(s.off), src.add(s.off), s.len) }
-    }
+        unsafe { f(dst.add(off), src.add(off), n) }
+    });
 }
