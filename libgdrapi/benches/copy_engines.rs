@@ -479,7 +479,7 @@ fn main() {
     let timing = if o.quick {
         Timing { sample: Duration::from_micros(200), samples: 5, cell_budget: Duration::from_millis(20) }
     } else {
-        Timing { sample: Duration::from_micros(1000), samples: 11, cell_budget: Duration::from_millis(60) }
+        Timing { sample: Duration::from_micros(2500), samples: 15, cell_budget: Duration::from_millis(150) }
     };
     let started = Instant::now();
     let engines = copy::engines();

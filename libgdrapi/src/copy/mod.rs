@@ -6,9 +6,10 @@
 //! from cached-memory timings:
 //! - every device access is naturally aligned; outside the SIMD kernels it is one volatile access
 //!   of at most 8 bytes (`aligned.rs`);
-//! - stores are non-temporal (MOVNTDQ, VMOVNTDQ) or MOVDIR64B where the CPU has it, and fill whole
-//!   64-byte lines back to back wherever the range allows, so a line leaves the core as one write
-//!   and no line of the BAR is ever read for ownership;
+//! - stores are non-temporal (MOVNTDQ, VMOVNTDQ; MOVDIR64B and zmm VMOVNTDQ are implemented and
+//!   benchmarked, see `select.rs` for why they are not selected), and fill whole 64-byte lines
+//!   back to back wherever the range allows, so a line leaves the core as one write and no line
+//!   of the BAR is ever read for ownership;
 //! - loads are streaming loads (MOVNTDQA, VMOVNTDQA), the loads of one line issued together;
 //! - no kernel fences: the caller issues one [`store_fence`] or [`full_fence`] per call, chosen
 //!   from the process's mapping-type counters (spec §4.5);

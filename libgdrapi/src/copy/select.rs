@@ -4,31 +4,34 @@
 //! `w16` for one 16-byte step, `w32` for one 32-byte step, and `line` for the bulk of whole,
 //! 64-byte aligned lines. Any kernel whose width divides the slot's size can fill a slot.
 //!
-//! Choices on x86-64, from write-combining rules rather than from cached-memory timings:
-//! - store `line`: MOVDIR64B when CPUID says so. It writes a line as one 64-byte non-torn write
-//!   whatever the memory type, so a line never leaves the core as partial writes even if a WC
-//!   buffer would have been evicted early. Otherwise AVX VMOVNTDQ (two per line), else SSE2
-//!   MOVNTDQ (four per line): both are non-temporal, never read the line for ownership, and a
-//!   line filled back to back leaves as one WC-buffer flush.
+//! Choices on x86-64 follow the write-combining rules first (every device store non-temporal or
+//! direct, whole 64-byte lines stored back to back, no read for ownership, streaming loads for
+//! reads, one fence per call) and, among the kernels that follow them, take the cheapest measured
+//! one (`docs/copy-engines.md` has the table; the machine there maps write-combined host memory as
+//! cached, so its numbers are instruction costs, never a reason to leave the rules):
+//! - store `line` (the bulk): AVX VMOVNTDQ, two per line, else SSE2 MOVNTDQ, four per line. A
+//!   line filled back to back by NT stores leaves the core as one 64-byte WC-buffer flush.
+//!   MOVDIR64B and zmm VMOVNTDQ are implemented and benchmarked but not selected:
+//!   - MOVDIR64B adds a guarantee `gdr_copy_to_mapping` does not promise (each 64-byte write
+//!     is never torn, even if an interrupt lands mid-line), and on a Sapphire Rapids class Xeon
+//!     it costs as much as VMOVNTDQ up to 8 KiB and 20-40% more from 16 KiB to 8 MiB. Device
+//!     stores are bus-bound at roughly the same rates (10-25 GB/s over PCIe), so that cost would
+//!     show. Upstream 2.6 picks it when present.
+//!   - zmm VMOVNTDQ measures the same as VMOVNTDQ ymm, so 512-bit registers buy nothing, while
+//!     on Skylake-SP/Cascade Lake Xeons they can drop the core to a lower frequency licence for
+//!     a while after use: a cost that a library called for small copies by latency-sensitive
+//!     consumers (NCCL, UCX, MPI) must not put on the whole application. On AMD Zen 4, zmm
+//!     operations run as two 256-bit halves, so there is nothing to gain there either.
 //! - store `w32`/`w16`: AVX VMOVNTDQ / SSE2 MOVNTDQ (NT stores for the partial lines at the ends).
 //! - load `line`/`w32`: AVX2 VMOVNTDQA, else the 16-byte slot; load `w16`: SSE4.1 MOVNTDQA, else
-//!   SSE2 MOVDQA (the only option on CPUs without streaming loads).
+//!   SSE2 MOVDQA (the only option on CPUs without streaming loads). zmm VMOVNTDQA is cheaper on
+//!   cache-resident data, but reads from a BAR are latency-bound at well under 1 GB/s (upstream's
+//!   published V100 figure is 0.53 GB/s), a hundred times below any of these kernels, so the
+//!   difference cannot show, and the frequency-licence risk above remains. Upstream 2.6 does not
+//!   select AVX-512 either.
 //!
-//! AVX-512 (zmm VMOVNTDQ / VMOVNTDQA) is implemented, listed by `engines()` and benchmarked, but
-//! deliberately not selected, as upstream 2.6 does not select it either:
-//! - it buys nothing on the bus: a line filled by four 16-byte or two 32-byte NT stores in a row
-//!   leaves the core as one 64-byte WC flush just like one zmm store, and where a single-instruction
-//!   64-byte write matters, MOVDIR64B (selected when present) is the instruction that guarantees
-//!   it; for reads, the first streaming load of a line brings the whole line into a streaming-load
-//!   buffer that serves the other loads of that line, so ymm loads already read each line once;
-//! - it can cost the whole application: on Skylake-SP/Cascade Lake class Xeons, 512-bit
-//!   instructions move the core to a lower frequency licence for some time after use, which a
-//!   library called for small copies by latency-sensitive consumers (NCCL, UCX, MPI) must not
-//!   impose; on AMD Zen 4 zmm operations are executed as two 256-bit halves, so there is no
-//!   throughput to gain either.
-//!
-//! The benchmark (`benches/copy_engines.rs`) times these kernels so the choice can be revisited
-//! with measurements on a real BAR.
+//! The benchmark (`benches/copy_engines.rs`) times every kernel, so these choices can be
+//! revisited with measurements on a real BAR.
 
 use super::{Direction, Engine, KernelFn};
 use std::sync::OnceLock;
@@ -126,7 +129,7 @@ fn build() -> Selection {
 
     let s16 = pick(&mut all, ToDevice, &["SSE2 MOVNTDQ"]);
     let s32 = pick(&mut all, ToDevice, &["AVX VMOVNTDQ", "SSE2 MOVNTDQ"]);
-    let sline = pick(&mut all, ToDevice, &["MOVDIR64B", "AVX VMOVNTDQ", "SSE2 MOVNTDQ"]);
+    let sline = pick(&mut all, ToDevice, &["AVX VMOVNTDQ", "SSE2 MOVNTDQ"]);
     let l16 = pick(&mut all, FromDevice, &["SSE4.1 MOVNTDQA", "SSE2 MOVDQA"]);
     let l32 = pick(&mut all, FromDevice, &["AVX2 VMOVNTDQA", "SSE4.1 MOVNTDQA", "SSE2 MOVDQA"]);
     let lline = pick(&mut all, FromDevice, &["AVX2 VMOVNTDQA", "SSE4.1 MOVNTDQA", "SSE2 MOVDQA"]);
@@ -142,7 +145,7 @@ fn build() -> Selection {
         flag(avx, "avx"),
         flag(avx2, "avx2"),
         flag(avx512f, "avx512f (not selected)"),
-        flag(movdir64b, "movdir64b"),
+        flag(movdir64b, "movdir64b (not selected)"),
     );
     Selection {
         store: Slots { w16: s16.f, w32: s32.f, line: sline.f },
