@@ -1,1 +1,44 @@
-//! cudasim: a simulated CUDA driver API (work in progress, see issue 4).
+//! cudasim: a test-only stand-in for NVIDIA's `libcuda.so.1`.
+//!
+//! It implements the part of the CUDA driver API that gdrcopy, libgdsync, their test programs
+//! and our own libraries use (see `docs/cudasim.md`): devices, contexts, device/host memory
+//! (from `/dev/gpusim` inside the test VM, host memory elsewhere), copies, pointer attributes,
+//! the VMM API, streams executed in order by one worker thread each, events, stream memory
+//! operations, dma-buf export (host mode) and `cuGetProcAddress`. Everything else exported
+//! returns `CUDA_ERROR_NOT_SUPPORTED`.
+//!
+//! Built as a cdylib (`libcuda.so`, soname `libcuda.so.1`) for C consumers and as an rlib so
+//! that unit tests can call the same `extern "C"` functions directly.
+
+// `x % n != 0` is kept over `is_multiple_of` so that the crate builds with Rust 1.85.
+#![allow(clippy::manual_is_multiple_of)]
+
+/// Logs a line to stderr when `CUDASIM_LOG=1`.
+macro_rules! log {
+    ($($a:tt)*) => {
+        if $crate::log_enabled() {
+            eprintln!("cudasim[{}]: {}", std::process::id(), format_args!($($a)*));
+        }
+    };
+}
+pub(crate) use log;
+
+pub(crate) fn log_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| driver::env_flag("CUDASIM_LOG"))
+}
+
+pub mod capi;
+mod driver;
+mod exec;
+mod gpusim;
+mod procaddr;
+mod stream;
+pub mod stubs;
+mod sys;
+pub mod types;
+
+pub use capi::*;
+
+#[cfg(test)]
+mod tests;

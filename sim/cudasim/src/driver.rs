@@ -1,0 +1,1078 @@
+//! Driver state: configuration, devices, contexts, the memory range table, streams and events.
+//!
+//! Everything here is safe Rust except calls into [`crate::sys`] that change the address space,
+//! each with its own justification.
+
+use crate::gpusim::{self, Gpusim};
+use crate::stream::{Event, Op, Stream};
+use crate::sys::{self, Fd};
+use crate::types::*;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+pub type R<T> = Result<T, CUresult>;
+
+/// Device page size and allocation granularity: 64 KiB, as NVIDIA GPUs.
+pub const GPU_PAGE: u64 = 0x10000;
+pub const DEFAULT_DRIVER_VERSION: i32 = 13000;
+const DEFAULT_HOST_MEM: u64 = 16 << 30;
+
+pub fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == "1")
+}
+
+fn env_num<T: std::str::FromStr>(name: &str) -> Option<T> {
+    let v = std::env::var(name).ok()?;
+    match v.trim().parse() {
+        Ok(n) => Some(n),
+        Err(_) => {
+            crate::log!("ignoring {name}={v:?}: not a number");
+            None
+        }
+    }
+}
+
+pub fn driver_version() -> i32 {
+    env_num("CUDASIM_DRIVER_VERSION").unwrap_or(DEFAULT_DRIVER_VERSION)
+}
+
+pub fn round_up(v: u64, a: u64) -> Option<u64> {
+    v.checked_add(a - 1).map(|x| x & !(a - 1))
+}
+
+/// Process-wide handle counter (never reset, so a handle from before a re-initialisation, e.g.
+/// in a fork child, can never alias a new object).
+static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
+pub const TAG_CTX: u64 = 0x0c7a;
+pub const TAG_STREAM: u64 = 0x057e;
+pub const TAG_EVENT: u64 = 0x0e7e;
+pub const TAG_PHYS: u64 = 0x0a11;
+
+fn new_handle(tag: u64) -> u64 {
+    (tag << 44) | (NEXT_HANDLE.fetch_add(1, Ordering::Relaxed) << 4)
+}
+
+thread_local! {
+    /// This thread's context stack (top = current), as context handles.
+    static CTX_STACK: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+pub fn with_stack<T>(f: impl FnOnce(&mut Vec<u64>) -> T) -> T {
+    CTX_STACK.with(|s| f(&mut s.borrow_mut()))
+}
+
+pub struct Config {
+    pub device_count: i32,
+    pub dmabuf: bool,
+    pub host_mem: u64,
+    pub wait_timeout: Option<Duration>,
+}
+
+pub enum Backend {
+    Host,
+    Gpusim(Gpusim),
+}
+
+pub struct Context {
+    pub handle: u64,
+    pub device: i32,
+    pub flags: u32,
+    pub primary: bool,
+    default_stream: Mutex<Option<Arc<Stream>>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Device,
+    Host,
+    Registered,
+    Vmm,
+}
+
+pub enum Backing {
+    None,
+    Anon { addr: u64, len: u64 },
+    Memfd { fd: Arc<Fd>, addr: u64, len: u64 },
+    Gpusim { va: u64, len: u64 },
+    Vmm { phys: u64, offset: u64, len: u64 },
+}
+
+/// One entry of the range table: device allocation, host allocation, registered host range or
+/// VMM mapping.
+pub struct Range {
+    pub base: u64,
+    pub size: u64,
+    pub kind: Kind,
+    pub ctx: u64,
+    pub device: i32,
+    pub buffer_id: u64,
+    pub sync_memops: bool,
+    pub flags: u32,
+    /// CU_MEM_ACCESS_FLAGS_* (VMM mappings start with none; everything else is read-write).
+    pub access: u32,
+    pub backing: Backing,
+}
+
+impl Range {
+    pub fn end(&self) -> u64 {
+        self.base + self.size
+    }
+    pub fn is_device(&self) -> bool {
+        matches!(self.kind, Kind::Device | Kind::Vmm)
+    }
+}
+
+/// A VMM physical allocation (`CUmemGenericAllocationHandle`).
+pub struct Phys {
+    pub size: u64,
+    pub prop: CUmemAllocationProp,
+    /// Host mode: the memfd that holds the memory.
+    pub fd: Option<Arc<Fd>>,
+    pub maps: u32,
+    pub released: bool,
+}
+
+// SAFETY: the only raw pointer in CUmemAllocationProp is an opaque Windows metadata pointer
+// that cudasim stores but never dereferences.
+unsafe impl Send for Phys {}
+
+pub enum ResBacking {
+    Host { addr: u64, len: u64 },
+    Gpusim { va: u64 },
+}
+
+pub struct Reserve {
+    pub base: u64,
+    pub size: u64,
+    pub backing: ResBacking,
+}
+
+#[derive(Default)]
+pub struct PrimarySlot {
+    pub handle: Option<u64>,
+    pub refs: u32,
+    pub flags: u32,
+}
+
+#[derive(Default)]
+pub struct Tables {
+    pub ctxs: HashMap<u64, Arc<Context>>,
+    pub primary: Vec<PrimarySlot>,
+    pub ranges: BTreeMap<u64, Range>,
+    pub streams: HashMap<u64, Arc<Stream>>,
+    pub events: HashMap<u64, Arc<Event>>,
+    pub phys: HashMap<u64, Phys>,
+    pub reserves: BTreeMap<u64, Reserve>,
+    pub host_used: u64,
+    pub next_buffer_id: u64,
+}
+
+impl Tables {
+    /// The range containing `addr`, if any.
+    pub fn find(&self, addr: u64) -> Option<&Range> {
+        self.ranges.range(..=addr).next_back().map(|(_, r)| r).filter(|r| addr < r.end())
+    }
+
+    pub fn find_mut(&mut self, addr: u64) -> Option<&mut Range> {
+        self.ranges.range_mut(..=addr).next_back().map(|(_, r)| r).filter(|r| addr < r.end())
+    }
+
+    /// Checks that `[addr, addr+len)` lies within one tracked range with the needed access.
+    pub fn check(&self, addr: u64, len: u64, write: bool) -> R<&Range> {
+        let r = self.find(addr).ok_or_else(|| {
+            crate::log!("address {addr:#x} is not in any allocation or registered range");
+            err::INVALID_VALUE
+        })?;
+        let end = addr.checked_add(len).ok_or(err::INVALID_VALUE)?;
+        if end > r.end() {
+            crate::log!("range {addr:#x}+{len:#x} runs past the end of allocation {:#x}+{:#x}", r.base, r.size);
+            return Err(err::INVALID_VALUE);
+        }
+        let need = if write { CU_MEM_ACCESS_FLAGS_PROT_READWRITE } else { CU_MEM_ACCESS_FLAGS_PROT_READ };
+        if r.access & need != need {
+            crate::log!("range {addr:#x}+{len:#x} is not accessible (cuMemSetAccess)");
+            return Err(err::INVALID_VALUE);
+        }
+        Ok(r)
+    }
+
+    fn overlaps_any(&self, lo: u64, hi: u64) -> bool {
+        self.ranges.range(..hi).next_back().is_some_and(|(_, r)| r.end() > lo)
+    }
+
+    fn buffer_id(&mut self) -> u64 {
+        self.next_buffer_id += 1;
+        self.next_buffer_id
+    }
+}
+
+pub struct Driver {
+    pub pid: u32,
+    pub cfg: Config,
+    pub backend: Backend,
+    pub t: Mutex<Tables>,
+    all_streams: Mutex<Vec<Weak<Stream>>>,
+}
+
+static DRIVER: Mutex<Option<Arc<Driver>>> = Mutex::new(None);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Poisoning is ignored: table updates are single-step inserts/removes.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// cuInit.
+pub fn init(flags: u32) -> R<()> {
+    if flags != 0 {
+        return Err(err::INVALID_VALUE);
+    }
+    let mut g = lock(&DRIVER);
+    if g.as_ref().is_some_and(|d| d.pid == sys::pid()) {
+        return Ok(());
+    }
+    let cfg = Config {
+        device_count: env_num("CUDASIM_DEVICE_COUNT").unwrap_or(1),
+        dmabuf: env_flag("CUDASIM_DMABUF"),
+        host_mem: env_num("CUDASIM_MEM_SIZE").unwrap_or(DEFAULT_HOST_MEM),
+        wait_timeout: env_num::<u64>("CUDASIM_WAIT_TIMEOUT_MS").filter(|&v| v > 0).map(Duration::from_millis),
+    };
+    if cfg.device_count <= 0 {
+        crate::log!("CUDASIM_DEVICE_COUNT={}: no device", cfg.device_count);
+        return Err(err::NO_DEVICE);
+    }
+    let want = std::env::var("CUDASIM_BACKEND").unwrap_or_else(|_| "auto".into());
+    let have_dev = std::path::Path::new("/dev/gpusim").exists();
+    let backend = match want.as_str() {
+        "host" => Backend::Host,
+        "auto" if !have_dev => Backend::Host,
+        "auto" | "gpusim" => match Gpusim::open().and_then(|g| g.info().map(|_| g)) {
+            Ok(g) => Backend::Gpusim(g),
+            Err(e) => {
+                crate::log!("cannot use {}: {e}", gpusim::DEVICE_PATH.to_string_lossy());
+                return Err(if have_dev { err::OPERATING_SYSTEM } else { err::NO_DEVICE });
+            }
+        },
+        other => {
+            crate::log!("CUDASIM_BACKEND={other:?}: expected host, gpusim or auto");
+            return Err(err::INVALID_VALUE);
+        }
+    };
+    crate::log!(
+        "initialised: {} device(s), {} memory, driver version {}",
+        cfg.device_count,
+        if matches!(backend, Backend::Host) { "host" } else { "gpusim" },
+        driver_version()
+    );
+    let mut tables = Tables::default();
+    tables.primary.resize_with(cfg.device_count as usize, PrimarySlot::default);
+    *g = Some(Arc::new(Driver { pid: sys::pid(), cfg, backend, t: Mutex::new(tables), all_streams: Mutex::new(Vec::new()) }));
+    Ok(())
+}
+
+/// The initialised driver of this process (a fork child must call cuInit again).
+pub fn get() -> R<Arc<Driver>> {
+    let g = lock(&DRIVER);
+    match g.as_ref() {
+        Some(d) if d.pid == sys::pid() => Ok(Arc::clone(d)),
+        _ => Err(err::NOT_INITIALIZED),
+    }
+}
+
+impl Driver {
+    pub fn tables(&self) -> MutexGuard<'_, Tables> {
+        lock(&self.t)
+    }
+
+    pub fn is_gpusim(&self) -> bool {
+        matches!(self.backend, Backend::Gpusim(_))
+    }
+
+    /// dma-buf export works only over memfd-backed host memory.
+    pub fn dmabuf(&self) -> bool {
+        self.cfg.dmabuf && !self.is_gpusim()
+    }
+
+    pub fn check_device(&self, dev: CUdevice) -> R<()> {
+        if dev >= 0 && dev < self.cfg.device_count { Ok(()) } else { Err(err::INVALID_DEVICE) }
+    }
+
+    pub fn gpusim_info(&self) -> Option<gpusim::Info> {
+        match &self.backend {
+            Backend::Gpusim(g) => g.info().ok(),
+            Backend::Host => None,
+        }
+    }
+
+    /// (total, free) device memory in bytes.
+    pub fn mem_info(&self) -> (u64, u64) {
+        if let Some(i) = self.gpusim_info() {
+            return (i.bar_size, i.free_bytes);
+        }
+        let used = self.tables().host_used;
+        (self.cfg.host_mem, self.cfg.host_mem.saturating_sub(used))
+    }
+
+    /// (domain, bus, device) of a device's PCI address.
+    pub fn pci(&self, dev: CUdevice) -> (i32, i32, i32) {
+        match self.gpusim_info() {
+            Some(i) => (i.pci_domain as i32, i.pci_bus as i32 + dev, i.pci_device as i32),
+            None => (0, 0x65 + dev, 0),
+        }
+    }
+
+    pub fn device_attribute(&self, a: i32, dev: CUdevice) -> R<i32> {
+        use crate::types::attr::*;
+        self.check_device(dev)?;
+        if a <= 0 || a >= MAX {
+            return Err(err::INVALID_VALUE);
+        }
+        let (domain, bus, pcidev) = self.pci(dev);
+        Ok(match a {
+            MAX_THREADS_PER_BLOCK | MAX_BLOCK_DIM_X | MAX_BLOCK_DIM_Y => 1024,
+            MAX_BLOCK_DIM_Z => 64,
+            MAX_GRID_DIM_X => i32::MAX,
+            MAX_GRID_DIM_Y | MAX_GRID_DIM_Z => 65535,
+            MAX_SHARED_MEMORY_PER_BLOCK => 48 * 1024,
+            TOTAL_CONSTANT_MEMORY => 64 * 1024,
+            WARP_SIZE => 32,
+            MAX_PITCH => i32::MAX,
+            MAX_REGISTERS_PER_BLOCK | MAX_REGISTERS_PER_MULTIPROCESSOR => 65536,
+            CLOCK_RATE => 1_755_000,
+            TEXTURE_ALIGNMENT => 512,
+            GPU_OVERLAP | CAN_MAP_HOST_MEMORY | CONCURRENT_KERNELS | ECC_ENABLED | UNIFIED_ADDRESSING => 1,
+            MULTIPROCESSOR_COUNT => 132,
+            INTEGRATED => 0,
+            COMPUTE_MODE => 0,
+            PCI_BUS_ID => bus,
+            PCI_DEVICE_ID => pcidev,
+            PCI_DOMAIN_ID => domain,
+            MEMORY_CLOCK_RATE => 2_619_000,
+            GLOBAL_MEMORY_BUS_WIDTH => 5120,
+            L2_CACHE_SIZE => 50 << 20,
+            MAX_THREADS_PER_MULTIPROCESSOR => 2048,
+            ASYNC_ENGINE_COUNT => 3,
+            COMPUTE_CAPABILITY_MAJOR => 9,
+            COMPUTE_CAPABILITY_MINOR => 0,
+            STREAM_PRIORITIES_SUPPORTED => 1,
+            MAX_SHARED_MEMORY_PER_MULTIPROCESSOR => 228 * 1024,
+            MANAGED_MEMORY | CONCURRENT_MANAGED_ACCESS | PAGEABLE_MEMORY_ACCESS => 0,
+            CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM => 1,
+            CAN_USE_STREAM_MEM_OPS_V1 | CAN_USE_64_BIT_STREAM_MEM_OPS_V1 | CAN_USE_STREAM_WAIT_VALUE_NOR_V1 => 1,
+            CAN_USE_64_BIT_STREAM_MEM_OPS | CAN_USE_STREAM_WAIT_VALUE_NOR => 1,
+            CAN_FLUSH_REMOTE_WRITES => 1,
+            HOST_REGISTER_SUPPORTED | READ_ONLY_HOST_REGISTER_SUPPORTED => 1,
+            PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES => 0,
+            VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED | HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED => 1,
+            GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED | GPU_DIRECT_RDMA_SUPPORTED => 1,
+            GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS => 1, // CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST
+            GPU_DIRECT_RDMA_WRITES_ORDERING => 0,
+            MEMORY_POOLS_SUPPORTED => 0,
+            DMA_BUF_SUPPORTED => self.dmabuf() as i32,
+            _ => 0,
+        })
+    }
+
+    // ----- contexts -------------------------------------------------------------------------
+
+    fn new_context(&self, t: &mut Tables, device: i32, flags: u32, primary: bool) -> Arc<Context> {
+        let c = Arc::new(Context { handle: new_handle(TAG_CTX), device, flags, primary, default_stream: Mutex::new(None) });
+        t.ctxs.insert(c.handle, Arc::clone(&c));
+        c
+    }
+
+    pub fn context(&self, h: u64) -> R<Arc<Context>> {
+        self.tables().ctxs.get(&h).cloned().ok_or(err::INVALID_CONTEXT)
+    }
+
+    /// The calling thread's current context.
+    pub fn current(&self) -> R<Arc<Context>> {
+        let h = with_stack(|s| s.last().copied()).ok_or(err::INVALID_CONTEXT)?;
+        self.context(h)
+    }
+
+    pub fn primary_retain(&self, dev: CUdevice) -> R<u64> {
+        self.check_device(dev)?;
+        let mut t = self.tables();
+        let slot = &t.primary[dev as usize];
+        let (h, flags) = (slot.handle, slot.flags);
+        let h = match h {
+            Some(h) => h,
+            None => {
+                let c = self.new_context(&mut t, dev, flags, true);
+                t.primary[dev as usize].handle = Some(c.handle);
+                c.handle
+            }
+        };
+        t.primary[dev as usize].refs += 1;
+        Ok(h)
+    }
+
+    pub fn primary_release(&self, dev: CUdevice) -> R<()> {
+        self.check_device(dev)?;
+        let mut t = self.tables();
+        let slot = &mut t.primary[dev as usize];
+        if slot.refs == 0 {
+            return Err(err::INVALID_CONTEXT);
+        }
+        slot.refs -= 1;
+        if slot.refs > 0 {
+            return Ok(());
+        }
+        let h = slot.handle.take();
+        drop(t);
+        if let Some(h) = h {
+            self.destroy_context(h);
+        }
+        Ok(())
+    }
+
+    pub fn primary_reset(&self, dev: CUdevice) -> R<()> {
+        self.check_device(dev)?;
+        let mut t = self.tables();
+        let slot = &mut t.primary[dev as usize];
+        let h = slot.handle.take();
+        slot.refs = 0;
+        drop(t);
+        if let Some(h) = h {
+            self.destroy_context(h);
+        }
+        Ok(())
+    }
+
+    pub fn primary_state(&self, dev: CUdevice) -> R<(u32, bool)> {
+        self.check_device(dev)?;
+        let t = self.tables();
+        let s = &t.primary[dev as usize];
+        Ok((s.flags, s.handle.is_some()))
+    }
+
+    pub fn primary_set_flags(&self, dev: CUdevice, flags: u32) -> R<()> {
+        self.check_device(dev)?;
+        if flags & !0x1f != 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        self.tables().primary[dev as usize].flags = flags;
+        Ok(())
+    }
+
+    pub fn ctx_create(&self, flags: u32, dev: CUdevice) -> R<u64> {
+        self.check_device(dev)?;
+        if flags & !0x1f != 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        let h = self.new_context(&mut self.tables(), dev, flags, false).handle;
+        with_stack(|s| s.push(h));
+        Ok(h)
+    }
+
+    pub fn ctx_destroy(&self, h: u64) -> R<()> {
+        let c = self.context(h)?;
+        if c.primary {
+            return Err(err::INVALID_CONTEXT);
+        }
+        with_stack(|s| s.retain(|&x| x != h));
+        self.destroy_context(h);
+        Ok(())
+    }
+
+    /// Tears a context down: its streams are stopped (pending work dropped), its events,
+    /// allocations and registrations released.
+    fn destroy_context(&self, h: u64) {
+        let mut t = self.tables();
+        let Some(c) = t.ctxs.remove(&h) else { return };
+        let mut streams: Vec<Arc<Stream>> = Vec::new();
+        t.streams.retain(|_, s| {
+            if s.ctx == h {
+                streams.push(Arc::clone(s));
+                false
+            } else {
+                true
+            }
+        });
+        streams.extend(lock(&c.default_stream).take());
+        t.events.retain(|_, e| e.ctx != h);
+        let doomed: Vec<u64> = t.ranges.values().filter(|r| r.ctx == h).map(|r| r.base).collect();
+        let ranges: Vec<Range> = doomed.iter().filter_map(|b| t.ranges.remove(b)).collect();
+        drop(t);
+        for s in &streams {
+            s.abort_and_join();
+        }
+        for r in ranges {
+            self.release_range(r);
+        }
+    }
+
+    pub fn ctx_synchronize(&self, c: &Context) -> CUresult {
+        let mut streams: Vec<Arc<Stream>> = self.tables().streams.values().filter(|s| s.ctx == c.handle).cloned().collect();
+        streams.extend(lock(&c.default_stream).clone());
+        let mut res = err::SUCCESS;
+        for s in streams {
+            let e = s.synchronize();
+            if res == err::SUCCESS {
+                res = e;
+            }
+        }
+        res
+    }
+
+    // ----- streams and events ---------------------------------------------------------------
+
+    fn track(&self, s: &Arc<Stream>) {
+        let mut all = lock(&self.all_streams);
+        all.retain(|w| w.strong_count() > 0);
+        all.push(Arc::downgrade(s));
+    }
+
+    pub fn stream_create(&self, flags: u32, priority: i32) -> R<u64> {
+        if flags & !CU_STREAM_NON_BLOCKING != 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        let c = self.current()?;
+        let s = Stream::spawn(new_handle(TAG_STREAM), c.handle, flags, priority.clamp(-5, 0), self.cfg.wait_timeout).map_err(|e| {
+            crate::log!("cannot start a stream worker thread: {e}");
+            err::OUT_OF_MEMORY
+        })?;
+        self.track(&s);
+        let h = s.handle;
+        self.tables().streams.insert(h, s);
+        Ok(h)
+    }
+
+    /// Resolves a `CUstream` value: NULL, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD all mean the
+    /// current context's default stream (one worker; see docs/cudasim.md).
+    pub fn stream(&self, h: usize) -> R<Arc<Stream>> {
+        if h == 0 || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD {
+            let c = self.current()?;
+            let mut d = lock(&c.default_stream);
+            if let Some(s) = d.as_ref() {
+                return Ok(Arc::clone(s));
+            }
+            let s = Stream::spawn(new_handle(TAG_STREAM), c.handle, 0, 0, self.cfg.wait_timeout).map_err(|_| err::OUT_OF_MEMORY)?;
+            self.track(&s);
+            *d = Some(Arc::clone(&s));
+            return Ok(s);
+        }
+        self.tables().streams.get(&(h as u64)).cloned().ok_or(err::INVALID_HANDLE)
+    }
+
+    pub fn stream_destroy(&self, h: usize) -> R<()> {
+        let s = self.tables().streams.remove(&(h as u64)).ok_or(err::INVALID_HANDLE)?;
+        s.close();
+        Ok(())
+    }
+
+    /// Validates an operation against the range table and queues it, atomically with respect
+    /// to memory release (which removes the range under the same lock, then drains streams).
+    pub fn submit(&self, s: &Stream, build: impl FnOnce(&Tables) -> R<Op>) -> R<u64> {
+        let t = self.tables();
+        let op = build(&t)?;
+        Ok(s.enqueue(op))
+    }
+
+    pub fn event_create(&self, flags: u32) -> R<u64> {
+        if flags & !(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS) != 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        if flags & CU_EVENT_INTERPROCESS != 0 && flags & CU_EVENT_DISABLE_TIMING == 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        let c = self.current()?;
+        let e = Arc::new(Event::new(new_handle(TAG_EVENT), c.handle, flags));
+        let h = e.handle;
+        self.tables().events.insert(h, e);
+        Ok(h)
+    }
+
+    pub fn event(&self, h: usize) -> R<Arc<Event>> {
+        self.tables().events.get(&(h as u64)).cloned().ok_or(err::INVALID_HANDLE)
+    }
+
+    pub fn event_destroy(&self, h: usize) -> R<()> {
+        self.tables().events.remove(&(h as u64)).map(|_| ()).ok_or(err::INVALID_HANDLE)
+    }
+
+    /// Waits until no stream has pending work touching `[lo, hi)`.
+    fn drain(&self, lo: u64, hi: u64) {
+        let streams: Vec<Arc<Stream>> = lock(&self.all_streams).iter().filter_map(Weak::upgrade).collect();
+        for s in streams {
+            s.wait_untouched(lo, hi);
+        }
+    }
+
+    // ----- memory ---------------------------------------------------------------------------
+
+    #[allow(clippy::too_many_arguments)]
+    fn insert_range(&self, t: &mut Tables, base: u64, size: u64, kind: Kind, ctx: u64, device: i32, flags: u32, backing: Backing) {
+        let buffer_id = t.buffer_id();
+        let access = if kind == Kind::Vmm { CU_MEM_ACCESS_FLAGS_PROT_NONE } else { CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        t.ranges.insert(base, Range { base, size, kind, ctx, device, buffer_id, sync_memops: false, flags, access, backing });
+    }
+
+    /// cuMemAlloc: 64 KiB aligned device memory in the current context.
+    pub fn mem_alloc(&self, size: u64) -> R<u64> {
+        if size == 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        let c = self.current()?;
+        let len = round_up(size, GPU_PAGE).ok_or(err::OUT_OF_MEMORY)?;
+        let backing = match &self.backend {
+            Backend::Gpusim(g) => {
+                let va = g.alloc_mapped(len).map_err(|e| {
+                    crate::log!("gpusim allocation of {len:#x} bytes failed: {e}");
+                    if e.raw_os_error() == Some(sys::ENOMEM) { err::OUT_OF_MEMORY } else { err::UNKNOWN }
+                })?;
+                Backing::Gpusim { va, len }
+            }
+            Backend::Host => {
+                self.host_reserve(len)?;
+                let b = if self.cfg.dmabuf { host_map_memfd(len) } else { host_map_anon(len) };
+                match b {
+                    Ok(b) => b,
+                    Err(e) => {
+                        self.host_unreserve(len);
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        let base = match &backing {
+            Backing::Gpusim { va, .. } => *va,
+            Backing::Anon { addr, .. } | Backing::Memfd { addr, .. } => *addr,
+            _ => unreachable!(),
+        };
+        let mut t = self.tables();
+        self.insert_range(&mut t, base, size, Kind::Device, c.handle, c.device, 0, backing);
+        Ok(base)
+    }
+
+    fn host_reserve(&self, len: u64) -> R<()> {
+        let mut t = self.tables();
+        if t.host_used.checked_add(len).is_none_or(|u| u > self.cfg.host_mem) {
+            crate::log!("out of simulated device memory ({len:#x} bytes asked, CUDASIM_MEM_SIZE={:#x})", self.cfg.host_mem);
+            return Err(err::OUT_OF_MEMORY);
+        }
+        t.host_used += len;
+        Ok(())
+    }
+
+    fn host_unreserve(&self, len: u64) {
+        let mut t = self.tables();
+        t.host_used = t.host_used.saturating_sub(len);
+    }
+
+    /// Frees a range by its exact base address if it is of one of the given kinds.
+    pub fn free_range(&self, base: u64, kinds: &[Kind], not_found: CUresult) -> R<()> {
+        let mut t = self.tables();
+        match t.ranges.get(&base) {
+            Some(r) if kinds.contains(&r.kind) => {}
+            _ => return Err(not_found),
+        }
+        let r = t.ranges.remove(&base).expect("checked above");
+        drop(t);
+        self.release_range(r);
+        Ok(())
+    }
+
+    /// Drains streams off a removed range and releases its memory.
+    fn release_range(&self, r: Range) {
+        self.drain(r.base, r.end());
+        match r.backing {
+            Backing::None => {}
+            Backing::Anon { addr, len } | Backing::Memfd { addr, len, .. } => {
+                // SAFETY: the range was removed from the table and no stream op touches it any
+                // more; the mapping was created by us for this allocation only.
+                if let Err(e) = unsafe { sys::unmap(addr, len) } {
+                    crate::log!("munmap({addr:#x}, {len:#x}) failed: {e}");
+                }
+                if r.kind == Kind::Device {
+                    self.host_unreserve(len);
+                }
+            }
+            Backing::Gpusim { va, len } => {
+                // SAFETY: as above, for the gpusim mapping at the allocation's GPU VA.
+                let _ = unsafe { sys::unmap(va, len) };
+                let res = match &self.backend {
+                    Backend::Gpusim(g) => g.free(va),
+                    Backend::Host => Ok(()),
+                };
+                if let Err(e) = res {
+                    crate::log!("gpusim free of {va:#x} failed: {e}");
+                }
+            }
+            Backing::Vmm { phys, offset: _, len } => self.vmm_unmap_one(r.base, len, phys),
+        }
+    }
+
+    /// cuMemAllocHost / cuMemHostAlloc: page-aligned host memory, also a device pointer.
+    pub fn host_alloc(&self, size: u64, flags: u32) -> R<u64> {
+        if size == 0 || flags & !(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED) != 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        let c = self.current()?;
+        let len = round_up(size, sys::page_size()).ok_or(err::OUT_OF_MEMORY)?;
+        let addr = sys::mmap_anon(len, sys::PROT_READ | sys::PROT_WRITE, 0).map_err(|e| {
+            crate::log!("host allocation of {len:#x} bytes failed: {e}");
+            err::OUT_OF_MEMORY
+        })?;
+        let mut t = self.tables();
+        self.insert_range(&mut t, addr, size, Kind::Host, c.handle, c.device, flags | CU_MEMHOSTALLOC_DEVICEMAP, Backing::Anon { addr, len });
+        Ok(addr)
+    }
+
+    /// cuMemHostRegister: records the range; the memory itself is used in place.
+    pub fn host_register(&self, p: u64, size: u64, flags: u32) -> R<()> {
+        if p == 0 || size == 0 || flags & !0xf != 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        let end = p.checked_add(size).ok_or(err::INVALID_VALUE)?;
+        let c = self.current()?;
+        if !sys::is_mapped(p, size) {
+            crate::log!("cuMemHostRegister: {p:#x}+{size:#x} is not mapped memory");
+            return Err(err::INVALID_VALUE);
+        }
+        let mut t = self.tables();
+        if t.overlaps_any(p, end) {
+            return Err(err::HOST_MEMORY_ALREADY_REGISTERED);
+        }
+        self.insert_range(&mut t, p, size, Kind::Registered, c.handle, c.device, flags | CU_MEMHOSTREGISTER_DEVICEMAP, Backing::None);
+        Ok(())
+    }
+
+    /// cuMemGetHandleForAddressRange (dma-buf fd).
+    pub fn dmabuf_fd(&self, ptr: u64, size: u64, handle_type: u32, flags: u64) -> R<i32> {
+        if !self.dmabuf() {
+            crate::log!("dma-buf export needs CUDASIM_DMABUF=1 and host memory mode");
+            return Err(err::NOT_SUPPORTED);
+        }
+        if handle_type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || flags & !CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE != 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        let ps = sys::page_size();
+        if size == 0 || ptr % ps != 0 || size % ps != 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        let t = self.tables();
+        let r = t.find(ptr).ok_or(err::INVALID_VALUE)?;
+        let (fd, maplen) = match (&r.backing, r.base == ptr) {
+            (Backing::Memfd { fd, len, .. }, true) => (Arc::clone(fd), *len),
+            (Backing::Vmm { phys, offset: 0, len }, true) => match t.phys.get(phys).and_then(|p| p.fd.clone()) {
+                Some(fd) => (fd, *len),
+                None => return Err(err::INVALID_VALUE),
+            },
+            _ => {
+                crate::log!("dma-buf export of {ptr:#x}: only whole allocations from their base are supported");
+                return Err(err::INVALID_VALUE);
+            }
+        };
+        if size > maplen {
+            return Err(err::INVALID_VALUE);
+        }
+        fd.dup_raw().map_err(|e| {
+            crate::log!("dup of the allocation's memfd failed: {e}");
+            err::OPERATING_SYSTEM
+        })
+    }
+
+    // ----- virtual memory management --------------------------------------------------------
+
+    pub fn vmm_create(&self, size: u64, prop: &CUmemAllocationProp) -> R<u64> {
+        if prop.type_ != CU_MEM_ALLOCATION_TYPE_PINNED || prop.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+            crate::log!("cuMemCreate: only pinned device allocations are simulated");
+            return Err(if prop.type_ == CU_MEM_ALLOCATION_TYPE_PINNED { err::NOT_SUPPORTED } else { err::INVALID_VALUE });
+        }
+        self.check_device(prop.location.id)?;
+        if prop.requested_handle_types & !CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR != 0 {
+            return Err(err::NOT_SUPPORTED);
+        }
+        if size == 0 || size % GPU_PAGE != 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        let fd = match self.backend {
+            Backend::Host => {
+                self.host_reserve(size)?;
+                match sys::memfd(c"cudasim-vmm", size) {
+                    Ok(fd) => Some(Arc::new(fd)),
+                    Err(e) => {
+                        self.host_unreserve(size);
+                        crate::log!("memfd for cuMemCreate failed: {e}");
+                        return Err(err::OUT_OF_MEMORY);
+                    }
+                }
+            }
+            Backend::Gpusim(_) => None,
+        };
+        let h = new_handle(TAG_PHYS);
+        self.tables().phys.insert(h, Phys { size, prop: *prop, fd, maps: 0, released: false });
+        Ok(h)
+    }
+
+    pub fn vmm_release(&self, h: u64) -> R<()> {
+        let mut t = self.tables();
+        let p = t.phys.get_mut(&h).filter(|p| !p.released).ok_or(err::INVALID_VALUE)?;
+        p.released = true;
+        if p.maps == 0 {
+            let p = t.phys.remove(&h).expect("present");
+            drop(t);
+            self.phys_free(p);
+        }
+        Ok(())
+    }
+
+    fn phys_free(&self, p: Phys) {
+        if p.fd.is_some() {
+            self.host_unreserve(p.size);
+        }
+    }
+
+    pub fn vmm_reserve(&self, size: u64, align: u64, hint: u64, flags: u64) -> R<u64> {
+        if size == 0 || size % GPU_PAGE != 0 || flags != 0 || (align != 0 && !align.is_power_of_two()) {
+            return Err(err::INVALID_VALUE);
+        }
+        let align = align.max(GPU_PAGE);
+        let (base, backing) = match &self.backend {
+            Backend::Host => {
+                let len = size.checked_add(align).ok_or(err::OUT_OF_MEMORY)?;
+                let mut got = None;
+                if hint != 0 && hint % align == 0 {
+                    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping.
+                    let r = unsafe { sys::mmap_raw(hint, size, sys::PROT_NONE, sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_NORESERVE | sys::MAP_FIXED_NOREPLACE, -1, 0) };
+                    match r {
+                        Ok(a) if a == hint => got = Some((hint, ResBacking::Host { addr: hint, len: size })),
+                        // SAFETY: `a` is the mapping just created, referenced by nothing.
+                        Ok(a) => drop(unsafe { sys::unmap(a, size) }),
+                        Err(_) => {}
+                    }
+                }
+                match got {
+                    Some(g) => g,
+                    None => {
+                        let raw = sys::mmap_anon(len, sys::PROT_NONE, sys::MAP_NORESERVE).map_err(|_| err::OUT_OF_MEMORY)?;
+                        let base = round_up(raw, align).expect("within the mapping");
+                        trim(raw, len, base, size);
+                        (base, ResBacking::Host { addr: base, len: size })
+                    }
+                }
+            }
+            Backend::Gpusim(g) => {
+                // The reservation is backed by a gpusim allocation so that its addresses are
+                // real GPU VAs (what gdrdrv pins); see docs/cudasim.md for the consequence.
+                if align > GPU_PAGE {
+                    crate::log!("cuMemAddressReserve: alignment {align:#x} > 64 KiB is not simulated with gpusim");
+                    return Err(err::NOT_SUPPORTED);
+                }
+                let va = g.alloc(size).map_err(|e| {
+                    crate::log!("gpusim reservation of {size:#x} bytes failed: {e}");
+                    err::OUT_OF_MEMORY
+                })?;
+                (va, ResBacking::Gpusim { va })
+            }
+        };
+        self.tables().reserves.insert(base, Reserve { base, size, backing });
+        Ok(base)
+    }
+
+    pub fn vmm_free_reservation(&self, ptr: u64, size: u64) -> R<()> {
+        let mut t = self.tables();
+        match t.reserves.get(&ptr) {
+            Some(r) if r.size == size => {}
+            _ => return Err(err::INVALID_VALUE),
+        }
+        if t.overlaps_any(ptr, ptr + size) {
+            crate::log!("cuMemAddressFree: {ptr:#x}+{size:#x} still has mappings");
+            return Err(err::INVALID_VALUE);
+        }
+        let r = t.reserves.remove(&ptr).expect("checked");
+        drop(t);
+        match r.backing {
+            // SAFETY: the reservation is ours and nothing is mapped inside it any more.
+            ResBacking::Host { addr, len } => drop(unsafe { sys::unmap(addr, len) }),
+            ResBacking::Gpusim { va } => {
+                if let Backend::Gpusim(g) = &self.backend {
+                    let _ = g.free(va);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn vmm_map(&self, ptr: u64, size: u64, offset: u64, h: u64, flags: u64) -> R<()> {
+        if flags != 0 || size == 0 || ptr % GPU_PAGE != 0 || size % GPU_PAGE != 0 || offset % GPU_PAGE != 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        let end = ptr.checked_add(size).ok_or(err::INVALID_VALUE)?;
+        let mut t = self.tables();
+        let inside = t.reserves.range(..=ptr).next_back().is_some_and(|(_, r)| end <= r.base + r.size);
+        if !inside {
+            crate::log!("cuMemMap: {ptr:#x}+{size:#x} is not inside a reservation");
+            return Err(err::INVALID_VALUE);
+        }
+        if t.overlaps_any(ptr, end) {
+            return Err(err::ALREADY_MAPPED);
+        }
+        let p = t.phys.get(&h).filter(|p| !p.released).ok_or(err::INVALID_HANDLE)?;
+        if offset.checked_add(size).is_none_or(|e| e > p.size) {
+            return Err(err::INVALID_VALUE);
+        }
+        let device = p.prop.location.id;
+        match (&self.backend, &p.fd) {
+            (Backend::Host, Some(fd)) => {
+                // SAFETY: [ptr, end) lies in our PROT_NONE reservation with no mapping inside
+                // (checked above), so replacing it affects nothing else.
+                unsafe { sys::mmap_raw(ptr, size, sys::PROT_NONE, sys::MAP_SHARED | sys::MAP_FIXED, fd.0, offset) }.map_err(|e| {
+                    crate::log!("cuMemMap: mmap failed: {e}");
+                    err::OUT_OF_MEMORY
+                })?;
+            }
+            (Backend::Gpusim(g), _) => {
+                if p.maps > 0 || offset != 0 {
+                    crate::log!("cuMemMap: with gpusim an allocation handle can be mapped once, at offset 0");
+                    return Err(err::NOT_SUPPORTED);
+                }
+                g.map(ptr, size).map_err(|e| {
+                    crate::log!("cuMemMap: gpusim mmap failed: {e}");
+                    err::OUT_OF_MEMORY
+                })?;
+                // SAFETY: the mapping was just created by us; access starts as none, as CUDA's.
+                let _ = unsafe { sys::protect(ptr, size, sys::PROT_NONE) };
+            }
+            (Backend::Host, None) => return Err(err::INVALID_HANDLE),
+        }
+        t.phys.get_mut(&h).expect("present").maps += 1;
+        self.insert_range(&mut t, ptr, size, Kind::Vmm, 0, device, 0, Backing::Vmm { phys: h, offset, len: size });
+        Ok(())
+    }
+
+    pub fn vmm_unmap(&self, ptr: u64, size: u64) -> R<()> {
+        let end = ptr.checked_add(size).ok_or(err::INVALID_VALUE)?;
+        let mut t = self.tables();
+        let bases: Vec<u64> = t.ranges.range(ptr..end).map(|(b, _)| *b).collect();
+        let straddles = t.find(ptr).is_some_and(|r| r.base < ptr) || t.find(end - 1).is_some_and(|r| r.end() > end);
+        if bases.is_empty() || straddles || bases.iter().any(|b| t.ranges[b].kind != Kind::Vmm) {
+            return Err(err::INVALID_VALUE);
+        }
+        let ranges: Vec<Range> = bases.iter().filter_map(|b| t.ranges.remove(b)).collect();
+        drop(t);
+        for r in ranges {
+            self.release_range(r);
+        }
+        Ok(())
+    }
+
+    /// Unmaps one VMM mapping whose range was already removed and drained.
+    fn vmm_unmap_one(&self, base: u64, len: u64, phys: u64) {
+        let res = if self.is_gpusim() {
+            // SAFETY: the mapping is ours and drained; the reservation keeps its GPU VA.
+            unsafe { sys::unmap(base, len) }
+        } else {
+            // SAFETY: restore the PROT_NONE reservation over our own mapping.
+            unsafe { sys::mmap_raw(base, len, sys::PROT_NONE, sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_NORESERVE | sys::MAP_FIXED, -1, 0) }.map(|_| ())
+        };
+        if let Err(e) = res {
+            crate::log!("unmapping VMM range {base:#x}+{len:#x} failed: {e}");
+        }
+        let mut t = self.tables();
+        if let Some(p) = t.phys.get_mut(&phys) {
+            p.maps -= 1;
+            if p.maps == 0 && p.released {
+                let p = t.phys.remove(&phys).expect("present");
+                drop(t);
+                self.phys_free(p);
+            }
+        }
+    }
+
+    pub fn vmm_set_access(&self, ptr: u64, size: u64, descs: &[CUmemAccessDesc]) -> R<()> {
+        if descs.is_empty() || size == 0 {
+            return Err(err::INVALID_VALUE);
+        }
+        let mut access = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+        for d in descs {
+            if d.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+                return Err(err::INVALID_VALUE);
+            }
+            self.check_device(d.location.id)?;
+            if ![CU_MEM_ACCESS_FLAGS_PROT_NONE, CU_MEM_ACCESS_FLAGS_PROT_READ, CU_MEM_ACCESS_FLAGS_PROT_READWRITE].contains(&d.flags) {
+                return Err(err::INVALID_VALUE);
+            }
+            access |= d.flags;
+        }
+        let end = ptr.checked_add(size).ok_or(err::INVALID_VALUE)?;
+        let mut t = self.tables();
+        // The range must be covered by whole VMM mappings, without holes.
+        let mut cur = ptr;
+        for (_, r) in t.ranges.range(..end) {
+            if r.end() <= ptr {
+                continue;
+            }
+            if r.kind != Kind::Vmm || r.base != cur {
+                return Err(err::INVALID_VALUE);
+            }
+            cur = r.end();
+        }
+        if cur != end {
+            return Err(err::INVALID_VALUE);
+        }
+        let prot = match access {
+            CU_MEM_ACCESS_FLAGS_PROT_NONE => sys::PROT_NONE,
+            CU_MEM_ACCESS_FLAGS_PROT_READ => sys::PROT_READ,
+            _ => sys::PROT_READ | sys::PROT_WRITE,
+        };
+        // SAFETY: [ptr, end) consists of our own VMM mappings (checked above).
+        unsafe { sys::protect(ptr, size, prot) }.map_err(|e| {
+            crate::log!("cuMemSetAccess: mprotect failed: {e}");
+            err::INVALID_VALUE
+        })?;
+        let bases: Vec<u64> = t.ranges.range(ptr..end).map(|(b, _)| *b).collect();
+        for b in bases {
+            t.ranges.get_mut(&b).expect("present").access = access;
+        }
+        Ok(())
+    }
+}
+
+/// Trims a larger reservation `[raw, raw+len)` down to `[base, base+size)`.
+fn trim(raw: u64, len: u64, base: u64, size: u64) {
+    // SAFETY: the head and tail lie inside the mapping we just made and nothing uses them.
+    unsafe {
+        if base > raw {
+            let _ = sys::unmap(raw, base - raw);
+        }
+        if raw + len > base + size {
+            let _ = sys::unmap(base + size, raw + len - (base + size));
+        }
+    }
+}
+
+/// Host-mode device memory: anonymous, 64 KiB aligned.
+fn host_map_anon(len: u64) -> R<Backing> {
+    let raw = sys::mmap_anon(len + GPU_PAGE, sys::PROT_READ | sys::PROT_WRITE, 0).map_err(|e| {
+        crate::log!("mmap of {len:#x} bytes failed: {e}");
+        err::OUT_OF_MEMORY
+    })?;
+    let base = round_up(raw, GPU_PAGE).expect("within the mapping");
+    trim(raw, len + GPU_PAGE, base, len);
+    Ok(Backing::Anon { addr: base, len })
+}
+
+/// Host-mode device memory backed by a memfd (so that it can be exported as a "dma-buf").
+fn host_map_memfd(len: u64) -> R<Backing> {
+    let fd = sys::memfd(c"cudasim-device", len).map_err(|e| {
+        crate::log!("memfd of {len:#x} bytes failed: {e}");
+        err::OUT_OF_MEMORY
+    })?;
+    let raw = sys::mmap_anon(len + GPU_PAGE, sys::PROT_NONE, sys::MAP_NORESERVE).map_err(|_| err::OUT_OF_MEMORY)?;
+    let base = round_up(raw, GPU_PAGE).expect("within the mapping");
+    // SAFETY: [base, base+len) lies inside the PROT_NONE reservation just made.
+    let r = unsafe { sys::mmap_raw(base, len, sys::PROT_READ | sys::PROT_WRITE, sys::MAP_SHARED | sys::MAP_FIXED, fd.0, 0) };
+    if let Err(e) = r {
+        // SAFETY: our own reservation, unused.
+        let _ = unsafe { sys::unmap(raw, len + GPU_PAGE) };
+        crate::log!("mmap of the memfd failed: {e}");
+        return Err(err::OUT_OF_MEMORY);
+    }
+    trim(raw, len + GPU_PAGE, base, len);
+    Ok(Backing::Memfd { fd: Arc::new(fd), addr: base, len })
+}
