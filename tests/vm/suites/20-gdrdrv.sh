@@ -1,0 +1,136 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# Suite: the gdrdrv kernel module through its raw ioctl/mmap ABI (tests/vm/gdrdrv/gdrdrv_test.c),
+# with GPU memory from gpusim. Runs inside the VM as root (tests/vm/guest.sh), with gpusim and
+# gdrdrv loaded with default parameters.
+#
+# Passes: (1) defaults (persistent mapping); (2) reloaded with use_persistent_mapping=0 and
+# debug/info traces (free-callback invalidation, the debug procfs file); (3) the same with
+# gpusim scattering BAR pages (no two GPU pages physically contiguous: one remap per page);
+# (4) reloaded with defaults again, which is also how the suite leaves the system, even when a
+# pass fails.
+set -euo pipefail
+
+GDIR=$REPO/kmod/gdrdrv
+KO=$GDIR/gdrdrv.ko
+LOAD=$GDIR/gdrdrv-load
+SRC=$REPO/tests/vm/gdrdrv/gdrdrv_test.c
+SCATTER=/sys/module/gpusim/parameters/scatter_pages
+
+fail() { echo "gdrdrv suite FAIL: $*"; exit 1; }
+step() { echo "--- gdrdrv: $*"; }
+
+[ -f "$KO" ] || fail "missing $KO (built by scripts/vmtest)"
+[ -e /dev/gpusim ] || fail "/dev/gpusim missing: gpusim not loaded"
+grep -q '^gdrdrv ' /proc/modules || fail "gdrdrv is not loaded"
+command -v gcc >/dev/null || fail "gcc not visible in the guest"
+
+# The repository is read-only in the guest: build the test program in a scratch directory.
+WORK=$(mktemp -d /tmp/gdrdrv-suite.XXXXXX)
+BIN=$WORK/gdrdrv_test
+gcc -Wall -Wextra -Werror -O2 -g -pthread -I"$GDIR" -I"$REPO/kmod/gpusim" -o "$BIN" "$SRC" ||
+	fail "cannot compile $SRC"
+
+restore() {
+	local rc=$?
+	[ -w "$SCATTER" ] && echo 0 > "$SCATTER"
+	if ! grep -q '^gdrdrv ' /proc/modules || ! grep -q 'persistent mapping: yes' \
+		/proc/driver/gdrdrv/params 2>/dev/null || ! [ -c /dev/gdrdrv ]; then
+		"$LOAD" "$KO" >/dev/null || { echo "gdrdrv suite FAIL: cannot reload gdrdrv"; rc=1; }
+	fi
+	rm -rf "$WORK"
+	exit "$rc"
+}
+trap restore EXIT
+
+reload() { "$LOAD" "$KO" "$@" >/dev/null || fail "gdrdrv-load $*"; }
+
+expect_file() { # <file> <expected content>
+	local got
+	got=$(cat "$1") || fail "cannot read $1"
+	[ "$got" = "$2" ] || fail "$1 is:
+$got
+expected:
+$2"
+}
+
+check_node() {
+	local major
+	major=$(awk '$2 == "gdrdrv" { print $1 }' /proc/devices)
+	[ -n "$major" ] || fail "gdrdrv not in /proc/devices"
+	[ -c /dev/gdrdrv ] || fail "/dev/gdrdrv is not a character device"
+	[ "$(stat -c '%t:%T %a' /dev/gdrdrv)" = "$(printf '%x:0 666' "$major")" ] ||
+		fail "/dev/gdrdrv is $(stat -c '%t:%T %a' /dev/gdrdrv), want major $major minor 0 mode 666"
+}
+
+run_tests() { # <persistent 0|1> [test names]
+	"$BIN" --persistent="$@" || fail "gdrdrv_test --persistent=$* failed"
+}
+
+# --- module metadata and parameters --------------------------------------------------------
+step "metadata"
+[ "$(modinfo -F license "$KO")" = "Dual MIT/GPL" ] || fail "license"
+[ "$(modinfo -F version "$KO")" = "2.6" ] || fail "version"
+modinfo -F description "$KO" | grep -Eq '^GDRCopy kernel-mode driver built for (opensource|proprietary) NVIDIA driver$' ||
+	fail "description: $(modinfo -F description "$KO")"
+for p in dbg_enabled info_enabled use_persistent_mapping; do
+	modinfo -F parm "$KO" | grep -q "^$p:" || fail "no module parameter $p"
+	# sysfs permission 0: settable at load time only, invisible at run time
+	[ ! -e "/sys/module/gdrdrv/parameters/$p" ] || fail "$p is visible in sysfs"
+done
+
+# --- pass 1: defaults ------------------------------------------------------------------------
+step "pass 1: default parameters (persistent mapping)"
+reload
+check_node
+dmesg | grep -q 'gdrdrv:gdrdrv_init:loading gdrdrv version 2.6 built for' ||
+	fail "load message missing from the kernel log"
+dmesg | grep -q 'gdrdrv:gdrdrv_init:Persistent mapping will be used' ||
+	fail "persistent mapping message missing"
+[ "$(stat -c %a /proc/driver/gdrdrv)" = 555 ] || fail "/proc/driver/gdrdrv mode"
+[ "$(stat -c %a /proc/driver/gdrdrv/params)" = 444 ] || fail "params mode"
+expect_file /proc/driver/gdrdrv/params "Version: 2.6
+Built for NVIDIA driver flavor: opensource
+Use persistent mapping: yes
+dbg_enabled: 0
+info_enabled: 0"
+[ ! -e /proc/driver/gdrdrv/nv_get_pages_refcount ] || fail "refcount file without dbg_enabled"
+run_tests 1
+
+# --- pass 2: non-persistent, with traces -----------------------------------------------------
+step "pass 2: use_persistent_mapping=0 dbg_enabled=1 info_enabled=1"
+reload use_persistent_mapping=0 dbg_enabled=1 info_enabled=1
+check_node
+expect_file /proc/driver/gdrdrv/params "Version: 2.6
+Built for NVIDIA driver flavor: opensource
+Use persistent mapping: no
+dbg_enabled: 1
+info_enabled: 1"
+REFC=/proc/driver/gdrdrv/nv_get_pages_refcount
+[ "$(stat -c %a $REFC)" = 440 ] || fail "refcount file mode"
+expect_file $REFC 0
+run_tests 0
+expect_file $REFC 0
+
+# --- pass 3: scattered BAR pages ------------------------------------------------------------
+if [ -w "$SCATTER" ]; then
+	step "pass 3: gpusim scatter_pages=1 (non-contiguous BAR pages)"
+	echo 1 > "$SCATTER"
+	run_tests 0 data mmap_checks invalidation races
+	expect_file $REFC 0
+	reload
+	check_node
+	run_tests 1 data mmap_checks invalidation
+	echo 0 > "$SCATTER"
+else
+	fail "$SCATTER missing: cannot test non-contiguous BAR pages"
+fi
+
+# --- pass 4: back to defaults --------------------------------------------------------------
+step "pass 4: defaults again"
+reload
+check_node
+grep -q 'Use persistent mapping: yes' /proc/driver/gdrdrv/params || fail "defaults not restored"
+run_tests 1 version attr
+echo "gdrdrv suite: all passes OK"
