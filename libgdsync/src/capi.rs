@@ -1,0 +1,1031 @@
+//! The C ABI: every exported `gds_*` function, with upstream's names and prototypes.
+//!
+//! Each function body runs inside [`ffi!`] (panic guard + errno conversion). Application memory is
+//! read here, once, into the safe types of [`crate::memops`]; the engine never sees C pointers it
+//! would have to dereference, except the CPU executor (`crate::cpu`) and mapped-memory helpers.
+
+use std::ffi::{c_int, c_void};
+use std::ptr::NonNull;
+
+use gpudirect_common::boundary::guard;
+use gpudirect_common::{Errno, Result};
+
+use crate::abi::*;
+use crate::driver::cuda;
+use crate::env::settings;
+use crate::memmgr::memmgr;
+use crate::memops::{self, Desc, MAX_INLINE_COPY, PeerOp};
+use crate::peer::peers;
+use crate::provider::provider;
+use crate::ranges::ranges;
+
+/// Runs `$body` (a block evaluating to `Result<()>`) behind the panic guard and returns 0 or the
+/// error number, as every `int`-returning gds function does.
+macro_rules! ffi {
+    ($name:literal, $body:block) => {
+        guard(
+            libc::EIO,
+            |m| gds_err!($name, "internal error (panic): {m}"),
+            || -> c_int {
+                let r: Result<()> = (|| $body)();
+                match r {
+                    Ok(()) => 0,
+                    Err(e) => e.0,
+                }
+            },
+        )
+    };
+}
+
+fn einval(origin: &str, what: &str) -> Errno {
+    gds_err!(origin, "{what}");
+    Errno::EINVAL
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading application structures
+
+/// Copies the first `entries` ops of a request's own `wr` array.
+///
+/// Upstream walks the `next` pointers from `storage`; a prepared request always links `wr[i]` to
+/// `wr[i+1]`, so reading the array by index is the same list, and stays correct when the
+/// application copied the request after preparing it.
+fn parse_ops(origin: &str, wr: &[PeerOpWr], entries: u32) -> Result<Vec<PeerOp>> {
+    let n = entries as usize;
+    if n > wr.len() {
+        return Err(einval(origin, &format!("request claims {n} ops, more than its {} slots", wr.len())));
+    }
+    wr[..n].iter().map(|op| parse_op(origin, op)).collect()
+}
+
+fn parse_op(origin: &str, op: &PeerOpWr) -> Result<PeerOp> {
+    // SAFETY (union reads below): every variant is plain integers/pointers, so any bit pattern is
+    // a valid value; the op type says which one the provider wrote.
+    Ok(match op.type_ {
+        IBV_EXP_PEER_OP_FENCE => PeerOp::Fence { flags: unsafe { op.wr.fence_flags } },
+        IBV_EXP_PEER_OP_STORE_DWORD => {
+            // SAFETY: see above.
+            let d = unsafe { op.wr.dword_va };
+            PeerOp::StoreDword { data: d.data, target: d.target_id, offset: d.offset }
+        }
+        IBV_EXP_PEER_OP_STORE_QWORD => {
+            // SAFETY: see above.
+            let q = unsafe { op.wr.qword_va };
+            PeerOp::StoreQword { data: q.data, target: q.target_id, offset: q.offset }
+        }
+        IBV_EXP_PEER_OP_POLL_AND_DWORD | IBV_EXP_PEER_OP_POLL_NOR_DWORD | IBV_EXP_PEER_OP_POLL_GEQ_DWORD => {
+            // SAFETY: see above.
+            let d = unsafe { op.wr.dword_va };
+            PeerOp::Poll { op: op.type_, data: d.data, target: d.target_id, offset: d.offset }
+        }
+        IBV_EXP_PEER_OP_COPY_BLOCK => {
+            // SAFETY: see above.
+            let c = unsafe { op.wr.copy_op };
+            if c.src.is_null() || c.len > MAX_INLINE_COPY {
+                return Err(einval(origin, &format!("COPY_BLOCK of {} bytes from {:p}", c.len, c.src)));
+            }
+            // SAFETY: the provider that prepared the op made `src` point to `len` readable bytes
+            // (its WQE in the send queue); len is bounded above.
+            let data = unsafe { std::slice::from_raw_parts(c.src as *const u8, c.len) }.to_vec();
+            PeerOp::CopyBlock { data, target: c.target_id, offset: c.offset }
+        }
+        t => PeerOp::Other(t),
+    })
+}
+
+/// # Safety
+/// `d` is a descriptor from the application; its `send`/`wait` pointer, if that is the tag, must
+/// point to a live request.
+unsafe fn parse_desc(origin: &str, d: &Descriptor) -> Result<Desc> {
+    // SAFETY (union reads): the tag selects the member; all members are plain data.
+    Ok(match d.tag {
+        GDS_TAG_SEND => {
+            // SAFETY: see above.
+            let p = unsafe { d.u.send };
+            // SAFETY: non-NULL request pointers are live (caller's contract).
+            let r = unsafe { p.as_ref() }.ok_or_else(|| einval(origin, "SEND descriptor with a NULL request"))?;
+            Desc::Send(parse_ops(origin, &r.wr, r.commit.entries)?)
+        }
+        GDS_TAG_WAIT => {
+            // SAFETY: see above.
+            let p = unsafe { d.u.wait };
+            // SAFETY: as above.
+            let r = unsafe { p.as_ref() }.ok_or_else(|| einval(origin, "WAIT descriptor with a NULL request"))?;
+            Desc::Wait(parse_ops(origin, &r.wr, r.peek.entries)?)
+        }
+        GDS_TAG_WAIT_VALUE32 => {
+            // SAFETY: see above.
+            let w = unsafe { d.u.wait32 };
+            Desc::WaitValue32 { ptr: w.ptr as usize, value: w.value, cond: w.cond_flags, flags: w.flags }
+        }
+        GDS_TAG_WRITE_VALUE32 => {
+            // SAFETY: see above.
+            let w = unsafe { d.u.write32 };
+            Desc::WriteValue32 { ptr: w.ptr as usize, value: w.value, flags: w.flags }
+        }
+        GDS_TAG_WRITE_MEMORY => {
+            // SAFETY: see above.
+            let w = unsafe { d.u.writemem };
+            Desc::WriteMemory { dest: w.dest as usize, src: w.src as usize, count: w.count, flags: w.flags }
+        }
+        t => return Err(einval(origin, &format!("invalid descriptor tag {t}"))),
+    })
+}
+
+/// # Safety
+/// `descs` is NULL or points to `n` descriptors (see [`parse_desc`]).
+unsafe fn parse_descs(origin: &str, n: usize, descs: *const Descriptor) -> Result<Vec<Desc>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if descs.is_null() {
+        return Err(einval(origin, "NULL descriptor array"));
+    }
+    // SAFETY: the caller passes `n` descriptors at `descs` (non-NULL checked).
+    let s = unsafe { std::slice::from_raw_parts(descs, n) };
+    // SAFETY: per-descriptor contract forwarded.
+    s.iter().map(|d| unsafe { parse_desc(origin, d) }).collect()
+}
+
+fn post(stream: CuStream, descs: &[Desc]) -> Result<()> {
+    if descs.is_empty() {
+        return Ok(());
+    }
+    let c = cuda()?;
+    memops::stream_post(c, settings(), peers(), memmgr(), ranges(), stream as usize, descs)
+}
+
+// ---------------------------------------------------------------------------------------------
+// gdsync/core.h: parameters
+
+/// `int gds_query_param(gds_param_t param, int *value)`
+///
+/// # Safety
+/// `value` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_query_param(param: c_int, value: *mut c_int) -> c_int {
+    ffi!("gds_query_param", {
+        if value.is_null() {
+            return Err(einval("gds_query_param", "NULL value"));
+        }
+        match param {
+            GDS_PARAM_VERSION => {
+                // SAFETY: non-NULL, writable per the contract.
+                unsafe { value.write(GDS_API_VERSION as c_int) };
+                Ok(())
+            }
+            p => Err(einval("gds_query_param", &format!("unknown param {p}"))),
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// gdsync/core.h: QPs and CQs (verbs provider)
+
+/// `struct gds_qp *gds_create_qp(struct ibv_pd *, struct ibv_context *, gds_qp_init_attr_t *, int gpu_id, int flags)`
+///
+/// # Safety
+/// Pointers are NULL or valid verbs objects / attributes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_create_qp(
+    pd: *mut c_void,
+    context: *mut c_void,
+    qp_init_attr: *mut c_void,
+    gpu_id: c_int,
+    flags: c_int,
+) -> *mut GdsQp {
+    const F: &str = "gds_create_qp";
+    let r = guard(
+        Err(Errno::EIO),
+        |m| gds_err!(F, "internal error (panic): {m}"),
+        || -> Result<NonNull<GdsQp>> {
+            let allowed =
+                GDS_CREATE_QP_WQ_ON_GPU | GDS_CREATE_QP_TX_CQ_ON_GPU | GDS_CREATE_QP_RX_CQ_ON_GPU | GDS_CREATE_QP_WQ_DBREC_ON_GPU;
+            if flags & !allowed != 0 {
+                return Err(einval(F, &format!("invalid flags {flags:#x}")));
+            }
+            if pd.is_null() || context.is_null() || qp_init_attr.is_null() {
+                return Err(einval(F, "NULL pd, context or attributes"));
+            }
+            if !(0..16).contains(&gpu_id) {
+                return Err(einval(F, &format!("invalid GPU id {gpu_id}")));
+            }
+            // SAFETY: non-NULL application pointers, forwarded.
+            unsafe { provider().create_qp(pd, context, qp_init_attr, gpu_id, flags) }
+        },
+    );
+    match r {
+        Ok(p) => p.as_ptr(),
+        Err(e) => {
+            // SAFETY: errno is thread-local; writing it is always allowed.
+            unsafe { *libc::__errno_location() = e.0 };
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// `int gds_destroy_qp(struct gds_qp *qp)`
+///
+/// # Safety
+/// `qp` is NULL or came from `gds_create_qp`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_destroy_qp(qp: *mut GdsQp) -> c_int {
+    ffi!("gds_destroy_qp", {
+        match NonNull::new(qp) {
+            None => Ok(()),
+            // SAFETY: from gds_create_qp per the contract.
+            Some(q) => unsafe { provider().destroy_qp(q) },
+        }
+    })
+}
+
+/// The QP as a non-NULL pointer whose `qp` member is set.
+///
+/// # Safety
+/// `qp` is NULL or points to a `struct gds_qp`.
+unsafe fn live_qp(origin: &str, qp: *mut GdsQp) -> Result<NonNull<GdsQp>> {
+    // SAFETY: NULL or a valid gds_qp.
+    match unsafe { qp.as_ref() } {
+        Some(q) if !q.qp.is_null() => Ok(NonNull::from(q)),
+        _ => Err(einval(origin, "NULL QP")),
+    }
+}
+
+fn init_send_request(r: &mut SendRequest) {
+    // SAFETY: all-zero bytes are a valid SendRequest (integers and NULL pointers).
+    *r = unsafe { std::mem::zeroed() };
+    let base = r.wr.as_mut_ptr();
+    for i in 0..GDS_SEND_INFO_MAX_OPS - 1 {
+        r.wr[i].next = base.wrapping_add(i + 1);
+    }
+    r.commit.storage = base;
+    r.commit.entries = GDS_SEND_INFO_MAX_OPS as u32;
+}
+
+fn init_wait_request(r: &mut WaitRequest, offset: u32) {
+    // SAFETY: all-zero bytes are a valid WaitRequest.
+    *r = unsafe { std::mem::zeroed() };
+    let base = r.wr.as_mut_ptr();
+    for i in 0..GDS_WAIT_INFO_MAX_OPS - 1 {
+        r.wr[i].next = base.wrapping_add(i + 1);
+    }
+    r.peek.storage = base;
+    r.peek.entries = GDS_WAIT_INFO_MAX_OPS as u32;
+    r.peek.whence = IBV_EXP_PEER_PEEK_ABSOLUTE;
+    r.peek.offset = offset;
+}
+
+/// Prepares a send into `request` (upstream's gds_prepare_send body).
+///
+/// # Safety
+/// As `gds_prepare_send`.
+unsafe fn prepare_send(qp: *mut GdsQp, wr: *mut c_void, bad_wr: *mut *mut c_void, request: &mut SendRequest) -> Result<()> {
+    init_send_request(request);
+    // SAFETY: forwarded contract.
+    let q = unsafe { live_qp("gds_prepare_send", qp) }?;
+    // SAFETY: forwarded contract.
+    unsafe { provider().prepare_send(q, wr, bad_wr, request) }
+}
+
+/// `int gds_prepare_send(struct gds_qp *, gds_send_wr *, gds_send_wr **bad_wr, gds_send_request_t *)`
+///
+/// # Safety
+/// `request` is NULL or writable; the others as for ibv_post_send.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_prepare_send(
+    qp: *mut GdsQp,
+    wr: *mut c_void,
+    bad_wr: *mut *mut c_void,
+    request: *mut SendRequest,
+) -> c_int {
+    ffi!("gds_prepare_send", {
+        // SAFETY: NULL or writable per the contract.
+        let req = unsafe { request.as_mut() }.ok_or_else(|| einval("gds_prepare_send", "NULL request"))?;
+        // SAFETY: forwarded contract.
+        unsafe { prepare_send(qp, wr, bad_wr, req) }
+    })
+}
+
+/// `int gds_post_send(struct gds_qp *, gds_send_wr *, gds_send_wr **bad_wr)`: CPU-rung send.
+///
+/// # Safety
+/// As for ibv_post_send.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_post_send(qp: *mut GdsQp, wr: *mut c_void, bad_wr: *mut *mut c_void) -> c_int {
+    ffi!("gds_post_send", {
+        // SAFETY: all-zero is a valid request; it is initialised again by prepare_send.
+        let mut req: Box<SendRequest> = Box::new(unsafe { std::mem::zeroed() });
+        // SAFETY: forwarded contract.
+        unsafe { prepare_send(qp, wr, bad_wr, &mut req) }?;
+        let ops = parse_ops("gds_post_send", &req.wr, req.commit.entries)?;
+        // SAFETY: the ops name ranges the provider registered for this QP.
+        if let Err(e) = unsafe { crate::cpu::peer_ops(&ops, ranges()) } {
+            // SAFETY: prepare_send succeeded, so qp is live.
+            let q = unsafe { live_qp("gds_post_send", qp) }?;
+            // SAFETY: as above.
+            let _ = unsafe { provider().rollback_send(q, req.commit.rollback_id) };
+            return Err(e);
+        }
+        Ok(())
+    })
+}
+
+/// `int gds_post_recv(struct gds_qp *, struct ibv_recv_wr *, struct ibv_recv_wr **bad_wr)`
+///
+/// # Safety
+/// As for ibv_post_recv.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_post_recv(qp: *mut GdsQp, wr: *mut c_void, bad_wr: *mut *mut c_void) -> c_int {
+    ffi!("gds_post_recv", {
+        // SAFETY: forwarded contract.
+        let q = unsafe { live_qp("gds_post_recv", qp) }?;
+        // SAFETY: forwarded contract.
+        unsafe { provider().post_recv(q, wr, bad_wr) }
+    })
+}
+
+/// `int gds_stream_queue_send(CUstream, struct gds_qp *, gds_send_wr *, gds_send_wr **bad_wr)`
+///
+/// # Safety
+/// As `gds_prepare_send`; `stream` is a live stream or a predefined handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_stream_queue_send(
+    stream: CuStream,
+    qp: *mut GdsQp,
+    wr: *mut c_void,
+    bad_wr: *mut *mut c_void,
+) -> c_int {
+    ffi!("gds_stream_queue_send", {
+        if wr.is_null() {
+            return Err(einval("gds_stream_queue_send", "NULL work request"));
+        }
+        // SAFETY: all-zero is a valid request.
+        let mut req: Box<SendRequest> = Box::new(unsafe { std::mem::zeroed() });
+        // SAFETY: forwarded contract.
+        unsafe { prepare_send(qp, wr, bad_wr, &mut req) }?;
+        let ops = parse_ops("gds_stream_queue_send", &req.wr, req.commit.entries)?;
+        post(stream, &[Desc::Send(ops)])
+    })
+}
+
+/// # Safety
+/// `request` is NULL or points to `count` requests.
+unsafe fn send_descs(origin: &str, count: c_int, request: *const SendRequest) -> Result<Vec<Desc>> {
+    if request.is_null() || count <= 0 {
+        return Err(einval(origin, &format!("NULL request or count {count}")));
+    }
+    // SAFETY: `count` requests at `request` per the contract.
+    let reqs = unsafe { std::slice::from_raw_parts(request, count as usize) };
+    reqs.iter().map(|r| parse_ops(origin, &r.wr, r.commit.entries).map(Desc::Send)).collect()
+}
+
+/// # Safety
+/// `request` is NULL or points to `count` requests.
+unsafe fn wait_descs(origin: &str, count: c_int, request: *const WaitRequest) -> Result<Vec<Desc>> {
+    if request.is_null() || count <= 0 {
+        return Err(einval(origin, &format!("NULL request or count {count}")));
+    }
+    // SAFETY: `count` requests at `request` per the contract.
+    let reqs = unsafe { std::slice::from_raw_parts(request, count as usize) };
+    reqs.iter().map(|r| parse_ops(origin, &r.wr, r.peek.entries).map(Desc::Wait)).collect()
+}
+
+/// `int gds_stream_post_send(CUstream, gds_send_request_t *)`
+///
+/// # Safety
+/// `request` is NULL or a prepared request; `stream` a live stream or predefined handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_stream_post_send(stream: CuStream, request: *mut SendRequest) -> c_int {
+    ffi!("gds_stream_post_send", {
+        // SAFETY: forwarded contract (one request).
+        let d = unsafe { send_descs("gds_stream_post_send", 1, request) }?;
+        post(stream, &d)
+    })
+}
+
+/// `int gds_stream_post_send_all(CUstream, int count, gds_send_request_t *)`
+///
+/// # Safety
+/// `request` is NULL or `count` prepared requests.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_stream_post_send_all(stream: CuStream, count: c_int, request: *mut SendRequest) -> c_int {
+    ffi!("gds_stream_post_send_all", {
+        // SAFETY: forwarded contract.
+        let d = unsafe { send_descs("gds_stream_post_send_all", count, request) }?;
+        post(stream, &d)
+    })
+}
+
+/// Prepares a wait (upstream's gds_prepare_wait_cq body).
+///
+/// # Safety
+/// `cq` points to a `struct gds_cq`.
+unsafe fn prepare_wait(cq: NonNull<GdsCq>, request: &mut WaitRequest) -> Result<()> {
+    // SAFETY: valid gds_cq per the contract; the offset is claimed even if the provider fails,
+    // as upstream does, so later waits keep targeting the right CQEs.
+    let offset = unsafe {
+        let c = &mut *cq.as_ptr();
+        let o = c.curr_offset;
+        c.curr_offset = o.wrapping_add(1);
+        o
+    };
+    init_wait_request(request, offset);
+    // SAFETY: forwarded contract.
+    unsafe { provider().prepare_wait(cq, request) }
+}
+
+/// `int gds_prepare_wait_cq(struct gds_cq *, gds_wait_request_t *, int flags)`
+///
+/// # Safety
+/// `cq` is NULL or a QP's CQ; `request` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_prepare_wait_cq(cq: *mut GdsCq, request: *mut WaitRequest, flags: c_int) -> c_int {
+    ffi!("gds_prepare_wait_cq", {
+        const F: &str = "gds_prepare_wait_cq";
+        if flags != 0 {
+            return Err(einval(F, &format!("invalid flags {flags:#x}")));
+        }
+        // SAFETY: NULL or writable.
+        let req = unsafe { request.as_mut() }.ok_or_else(|| einval(F, "NULL request"))?;
+        let cq = NonNull::new(cq).ok_or_else(|| einval(F, "NULL CQ"))?;
+        // SAFETY: forwarded contract.
+        unsafe { prepare_wait(cq, req) }
+    })
+}
+
+/// `int gds_stream_post_wait_cq(CUstream, gds_wait_request_t *)`
+///
+/// # Safety
+/// As `gds_stream_post_send`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_stream_post_wait_cq(stream: CuStream, request: *mut WaitRequest) -> c_int {
+    ffi!("gds_stream_post_wait_cq", {
+        // SAFETY: forwarded contract.
+        let d = unsafe { wait_descs("gds_stream_post_wait_cq", 1, request) }?;
+        post(stream, &d)
+    })
+}
+
+/// `int gds_stream_post_wait_cq_all(CUstream, int count, gds_wait_request_t *)`
+///
+/// # Safety
+/// As `gds_stream_post_send_all`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_stream_post_wait_cq_all(stream: CuStream, count: c_int, request: *mut WaitRequest) -> c_int {
+    ffi!("gds_stream_post_wait_cq_all", {
+        // SAFETY: forwarded contract.
+        let d = unsafe { wait_descs("gds_stream_post_wait_cq_all", count, request) }?;
+        post(stream, &d)
+    })
+}
+
+/// `int gds_stream_wait_cq(CUstream, struct gds_cq *, int flags)`
+///
+/// # Safety
+/// As `gds_prepare_wait_cq` plus a live stream.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_stream_wait_cq(stream: CuStream, cq: *mut GdsCq, flags: c_int) -> c_int {
+    ffi!("gds_stream_wait_cq", {
+        const F: &str = "gds_stream_wait_cq";
+        let cq = NonNull::new(cq).ok_or_else(|| einval(F, "NULL CQ"))?;
+        if stream.is_null() {
+            return Err(einval(F, "NULL stream"));
+        }
+        if flags != 0 {
+            return Err(einval(F, &format!("invalid flags {flags:#x}")));
+        }
+        // SAFETY: all-zero is a valid request.
+        let mut req: Box<WaitRequest> = Box::new(unsafe { std::mem::zeroed() });
+        // SAFETY: forwarded contract. Unlike upstream (which returned 0), a failure is reported.
+        unsafe { prepare_wait(cq, &mut req) }?;
+        let ops = parse_ops(F, &req.wr, req.peek.entries)?;
+        if let Err(e) = post(stream, &[Desc::Wait(ops)]) {
+            // SAFETY: forwarded contract.
+            let _ = unsafe { provider().abort_wait(cq, req.peek.peek_id) };
+            return Err(e);
+        }
+        Ok(())
+    })
+}
+
+/// `int gds_post_wait_cq(struct gds_cq *, gds_wait_request_t *, int flags)`
+///
+/// # Safety
+/// `cq` NULL or a QP's CQ; `request` NULL or a prepared request.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_post_wait_cq(cq: *mut GdsCq, request: *mut WaitRequest, flags: c_int) -> c_int {
+    ffi!("gds_post_wait_cq", {
+        const F: &str = "gds_post_wait_cq";
+        if flags != 0 {
+            return Err(einval(F, &format!("invalid flags {flags:#x}")));
+        }
+        let cq = NonNull::new(cq).ok_or_else(|| einval(F, "NULL CQ"))?;
+        // SAFETY: NULL or readable.
+        let req = unsafe { request.as_ref() }.ok_or_else(|| einval(F, "NULL request"))?;
+        // SAFETY: forwarded contract.
+        unsafe { provider().abort_wait(cq, req.peek.peek_id) }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// gdsync/core.h: descriptors
+
+/// `int gds_prepare_wait_value32(gds_wait_value32_t *, uint32_t *ptr, uint32_t value, gds_wait_cond_flag_t, int flags)`
+///
+/// # Safety
+/// `desc` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_prepare_wait_value32(
+    desc: *mut WaitValue32,
+    ptr: *mut u32,
+    value: u32,
+    cond_flags: u32,
+    flags: c_int,
+) -> c_int {
+    ffi!("gds_prepare_wait_value32", {
+        const F: &str = "gds_prepare_wait_value32";
+        // SAFETY: NULL or writable.
+        let d = unsafe { desc.as_mut() }.ok_or_else(|| einval(F, "NULL descriptor"))?;
+        memops::check_wait_value32(cond_flags, flags)?;
+        if ptr.is_null() || (ptr as usize) % 4 != 0 {
+            return Err(einval(F, &format!("invalid pointer {ptr:p}")));
+        }
+        *d = WaitValue32 { ptr, value, cond_flags, flags };
+        Ok(())
+    })
+}
+
+/// `int gds_prepare_write_value32(gds_write_value32_t *, uint32_t *ptr, uint32_t value, int flags)`
+///
+/// # Safety
+/// `desc` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_prepare_write_value32(desc: *mut WriteValue32, ptr: *mut u32, value: u32, flags: c_int) -> c_int {
+    ffi!("gds_prepare_write_value32", {
+        const F: &str = "gds_prepare_write_value32";
+        // SAFETY: NULL or writable.
+        let d = unsafe { desc.as_mut() }.ok_or_else(|| einval(F, "NULL descriptor"))?;
+        memops::check_write_value32(flags)?;
+        if ptr.is_null() || (ptr as usize) % 4 != 0 {
+            return Err(einval(F, &format!("invalid pointer {ptr:p}")));
+        }
+        *d = WriteValue32 { ptr, value, flags };
+        Ok(())
+    })
+}
+
+/// `int gds_prepare_write_memory(gds_write_memory_t *, uint8_t *dest, const uint8_t *src, size_t count, int flags)`
+///
+/// # Safety
+/// `desc` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_prepare_write_memory(
+    desc: *mut WriteMemory,
+    dest: *mut u8,
+    src: *const u8,
+    count: usize,
+    flags: c_int,
+) -> c_int {
+    ffi!("gds_prepare_write_memory", {
+        const F: &str = "gds_prepare_write_memory";
+        // SAFETY: NULL or writable.
+        let d = unsafe { desc.as_mut() }.ok_or_else(|| einval(F, "NULL descriptor"))?;
+        memops::check_write_memory(flags)?;
+        if count > 0 && (dest.is_null() || src.is_null()) {
+            return Err(einval(F, "NULL destination or source"));
+        }
+        *d = WriteMemory { dest, src, count, flags };
+        Ok(())
+    })
+}
+
+/// `int gds_stream_post_descriptors(CUstream, size_t n_descs, gds_descriptor_t *descs, int flags)`
+///
+/// # Safety
+/// `descs` is NULL or `n_descs` descriptors whose pointers are valid; `stream` live or predefined.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_stream_post_descriptors(stream: CuStream, n_descs: usize, descs: *mut Descriptor, flags: c_int) -> c_int {
+    ffi!("gds_stream_post_descriptors", {
+        if flags != 0 {
+            gds_dbg!("gds_stream_post_descriptors", "flags {flags:#x} ignored (reserved, as upstream)");
+        }
+        // SAFETY: forwarded contract.
+        let d = unsafe { parse_descs("gds_stream_post_descriptors", n_descs, descs) }?;
+        post(stream, &d)
+    })
+}
+
+/// `int gds_post_descriptors(size_t n_descs, gds_descriptor_t *descs, int flags)`: CPU execution.
+///
+/// # Safety
+/// As `gds_stream_post_descriptors`; every pointer must be CPU-accessible.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_post_descriptors(n_descs: usize, descs: *mut Descriptor, flags: c_int) -> c_int {
+    ffi!("gds_post_descriptors", {
+        let _ = flags; // forwarded to the op-list executor upstream, where it has no effect
+        // SAFETY: forwarded contract.
+        let d = unsafe { parse_descs("gds_post_descriptors", n_descs, descs) }?;
+        // SAFETY: forwarded contract.
+        unsafe { crate::cpu::execute(&d, ranges()) }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// gdsync/mlx5.h
+
+/// `int gds_mlx5_get_send_info(int count, const gds_send_request_t *, gds_mlx5_send_info_t *)`
+///
+/// # Safety
+/// `requests` and `infos` are NULL or arrays of `count` elements.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_mlx5_get_send_info(count: c_int, requests: *const SendRequest, infos: *mut Mlx5SendInfo) -> c_int {
+    ffi!("gds_mlx5_get_send_info", {
+        const F: &str = "gds_mlx5_get_send_info";
+        if count < 0 || (count > 0 && (requests.is_null() || infos.is_null())) {
+            return Err(einval(F, "NULL arrays or negative count"));
+        }
+        for j in 0..count as usize {
+            // SAFETY: j < count elements per the contract.
+            let r = unsafe { &*requests.add(j) };
+            let ops = parse_ops(F, &r.wr, r.commit.entries)?;
+            let info = crate::mlx5::send_info(&ops, ranges())?;
+            // SAFETY: j < count elements, writable.
+            unsafe { infos.add(j).write(info) };
+        }
+        Ok(())
+    })
+}
+
+/// `int gds_mlx5_get_wait_info(int count, const gds_wait_request_t *, gds_mlx5_wait_info_t *)`
+///
+/// # Safety
+/// As `gds_mlx5_get_send_info`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_mlx5_get_wait_info(count: c_int, requests: *const WaitRequest, infos: *mut Mlx5WaitInfo) -> c_int {
+    ffi!("gds_mlx5_get_wait_info", {
+        const F: &str = "gds_mlx5_get_wait_info";
+        if count < 0 || (count > 0 && (requests.is_null() || infos.is_null())) {
+            return Err(einval(F, "NULL arrays or negative count"));
+        }
+        for j in 0..count as usize {
+            // SAFETY: j < count elements per the contract.
+            let r = unsafe { &*requests.add(j) };
+            let ops = parse_ops(F, &r.wr, r.peek.entries)?;
+            let info = crate::mlx5::wait_info(&ops, ranges())?;
+            // SAFETY: j < count elements, writable.
+            unsafe { infos.add(j).write(info) };
+        }
+        Ok(())
+    })
+}
+
+/// `int gds_mlx5_get_dword_wait_info(uint32_t *ptr, uint32_t value, int flags, gds_mlx5_dword_wait_info_t *)`
+///
+/// # Safety
+/// `info` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_mlx5_get_dword_wait_info(ptr: *mut u32, value: u32, flags: c_int, info: *mut Mlx5DwordWaitInfo) -> c_int {
+    ffi!("gds_mlx5_get_dword_wait_info", {
+        const F: &str = "gds_mlx5_get_dword_wait_info";
+        // SAFETY: NULL or writable.
+        let out = unsafe { info.as_mut() }.ok_or_else(|| einval(F, "NULL info"))?;
+        if ptr.is_null() || (ptr as usize) % 4 != 0 {
+            return Err(einval(F, &format!("invalid pointer {ptr:p}")));
+        }
+        *out = Mlx5DwordWaitInfo { ptr: std::ptr::null_mut(), value: 0 };
+        let d = memmgr().map_mem(cuda()?, ptr as usize, 4, flags & GDS_MEMORY_MASK)?;
+        *out = Mlx5DwordWaitInfo { ptr: d as *mut u32, value };
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// gdsync/tools.h
+
+/// `int gds_alloc_mapped_memory(gds_mem_desc_t *, size_t size, int flags)`
+///
+/// # Safety
+/// `desc` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_alloc_mapped_memory(desc: *mut MemDesc, size: usize, flags: c_int) -> c_int {
+    ffi!("gds_alloc_mapped_memory", {
+        const F: &str = "gds_alloc_mapped_memory";
+        if size == 0 {
+            gds_warn!(F, "size is 0, nothing allocated");
+            return Ok(());
+        }
+        // SAFETY: NULL or writable.
+        let d = unsafe { desc.as_mut() }.ok_or_else(|| einval(F, "NULL descriptor"))?;
+        let m = match flags & GDS_MEMORY_MASK {
+            GDS_MEMORY_GPU => crate::mapped::alloc_gpu(cuda()?, crate::gdr::gdr()?, size)?,
+            GDS_MEMORY_HOST => crate::mapped::alloc_host(cuda()?, memmgr(), size)?,
+            t => return Err(einval(F, &format!("unsupported memory type {t:#x}"))),
+        };
+        *d = MemDesc {
+            d_ptr: m.d_ptr,
+            h_ptr: m.h_ptr as *mut c_void,
+            bar_ptr: m.bar_ptr as *mut c_void,
+            flags,
+            alloc_size: m.alloc_size,
+            mh: m.mh,
+        };
+        Ok(())
+    })
+}
+
+/// `int gds_free_mapped_memory(gds_mem_desc_t *)`
+///
+/// # Safety
+/// `desc` is NULL or a descriptor filled by `gds_alloc_mapped_memory`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_free_mapped_memory(desc: *mut MemDesc) -> c_int {
+    ffi!("gds_free_mapped_memory", {
+        const F: &str = "gds_free_mapped_memory";
+        // SAFETY: NULL or writable.
+        let d = unsafe { desc.as_mut() }.ok_or_else(|| einval(F, "NULL descriptor"))?;
+        match d.flags & GDS_MEMORY_MASK {
+            GDS_MEMORY_GPU => {
+                if d.d_ptr == 0 || d.h_ptr.is_null() || d.alloc_size == 0 || d.mh.h == 0 || d.bar_ptr.is_null() {
+                    return Err(einval(F, "incomplete GPU descriptor"));
+                }
+                let m = crate::mapped::Mapped {
+                    d_ptr: d.d_ptr,
+                    h_ptr: d.h_ptr as usize,
+                    bar_ptr: d.bar_ptr as usize,
+                    alloc_size: d.alloc_size,
+                    mh: d.mh,
+                };
+                crate::mapped::free_gpu(cuda()?, crate::gdr::gdr()?, &m)?;
+                d.d_ptr = 0;
+                d.h_ptr = std::ptr::null_mut();
+                d.bar_ptr = std::ptr::null_mut();
+                d.alloc_size = 0;
+                d.mh = GdrMh::default();
+                Ok(())
+            }
+            GDS_MEMORY_HOST => {
+                if d.d_ptr == 0 || d.h_ptr.is_null() {
+                    return Err(einval(F, "incomplete host descriptor"));
+                }
+                crate::mapped::free_host(cuda().ok(), memmgr(), d.h_ptr as usize);
+                d.h_ptr = std::ptr::null_mut();
+                d.d_ptr = 0;
+                d.alloc_size = 0;
+                Ok(())
+            }
+            t => Err(einval(F, &format!("unsupported memory type {t:#x}"))),
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// API 2.1 stream helpers (removed from the 2.2 headers, still exported for old binaries)
+
+/// `int gds_stream_post_poll_dword(CUstream, uint32_t *ptr, uint32_t magic, gds_wait_cond_flag_t, int flags)`
+///
+/// # Safety
+/// `stream` live or predefined.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_stream_post_poll_dword(stream: CuStream, ptr: *mut u32, magic: u32, cond_flag: u32, flags: c_int) -> c_int {
+    ffi!("gds_stream_post_poll_dword", {
+        post(stream, &[Desc::WaitValue32 { ptr: ptr as usize, value: magic, cond: cond_flag, flags }])
+    })
+}
+
+/// `int gds_stream_post_poke_dword(CUstream, uint32_t *ptr, uint32_t value, int flags)`
+///
+/// # Safety
+/// `stream` live or predefined.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_stream_post_poke_dword(stream: CuStream, ptr: *mut u32, value: u32, flags: c_int) -> c_int {
+    ffi!("gds_stream_post_poke_dword", { post(stream, &[Desc::WriteValue32 { ptr: ptr as usize, value, flags }]) })
+}
+
+/// `int gds_stream_post_inline_copy(CUstream, void *ptr, void *src, size_t nbytes, int flags)`
+///
+/// # Safety
+/// `stream` live or predefined.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_stream_post_inline_copy(stream: CuStream, ptr: *mut c_void, src: *mut c_void, nbytes: usize, flags: c_int) -> c_int {
+    ffi!("gds_stream_post_inline_copy", {
+        post(stream, &[Desc::WriteMemory { dest: ptr as usize, src: src as usize, count: nbytes, flags }])
+    })
+}
+
+/// Reads `n` elements of a C array, NULL allowed only when `n` is 0.
+///
+/// # Safety
+/// `p` is NULL or points to `n` elements.
+unsafe fn arr<'a, T>(origin: &str, p: *const T, n: usize) -> Result<&'a [T]> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(einval(origin, "NULL array"));
+    }
+    // SAFETY: non-NULL, `n` elements per the contract.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
+/// # Safety
+/// Each array is NULL or has `n_polls` elements.
+unsafe fn poll_descs(
+    origin: &str,
+    n_polls: usize,
+    ptrs: *const *mut u32,
+    magics: *const u32,
+    cond_flags: *const u32,
+    poll_flags: *const c_int,
+) -> Result<Vec<Desc>> {
+    // SAFETY (all four): forwarded contract.
+    let (p, m, c, f) = unsafe {
+        (
+            arr(origin, ptrs, n_polls)?,
+            arr(origin, magics, n_polls)?,
+            arr(origin, cond_flags, n_polls)?,
+            arr(origin, poll_flags, n_polls)?,
+        )
+    };
+    Ok((0..n_polls).map(|i| Desc::WaitValue32 { ptr: p[i] as usize, value: m[i], cond: c[i], flags: f[i] }).collect())
+}
+
+/// `int gds_stream_post_polls_and_pokes(CUstream, size_t n_polls, uint32_t *ptrs[], uint32_t magics[],
+/// gds_wait_cond_flag_t cond_flags[], int poll_flags[], size_t n_pokes, uint32_t *poke_ptrs[],
+/// uint32_t poke_values[], int poke_flags[])`
+///
+/// # Safety
+/// Each array is NULL or has the length its count says; `stream` live or predefined.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_stream_post_polls_and_pokes(
+    stream: CuStream,
+    n_polls: usize,
+    ptrs: *mut *mut u32,
+    magics: *mut u32,
+    cond_flags: *mut u32,
+    poll_flags: *mut c_int,
+    n_pokes: usize,
+    poke_ptrs: *mut *mut u32,
+    poke_values: *mut u32,
+    poke_flags: *mut c_int,
+) -> c_int {
+    ffi!("gds_stream_post_polls_and_pokes", {
+        const F: &str = "gds_stream_post_polls_and_pokes";
+        // SAFETY: forwarded contract.
+        let mut d = unsafe { poll_descs(F, n_polls, ptrs, magics, cond_flags, poll_flags) }?;
+        // SAFETY: forwarded contract.
+        let (p, v, f) = unsafe { (arr(F, poke_ptrs, n_pokes)?, arr(F, poke_values, n_pokes)?, arr(F, poke_flags, n_pokes)?) };
+        d.extend((0..n_pokes).map(|i| Desc::WriteValue32 { ptr: p[i] as usize, value: v[i], flags: f[i] }));
+        post(stream, &d)
+    })
+}
+
+/// `int gds_stream_post_polls_and_immediate_copies(CUstream, size_t n_polls, uint32_t *ptrs[],
+/// uint32_t magics[], gds_wait_cond_flag_t cond_flags[], int poll_flags[], size_t n_imms,
+/// void *imm_ptrs[], void *imm_datas[], size_t imm_bytes[], int imm_flags[])`
+///
+/// # Safety
+/// As `gds_stream_post_polls_and_pokes`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gds_stream_post_polls_and_immediate_copies(
+    stream: CuStream,
+    n_polls: usize,
+    ptrs: *mut *mut u32,
+    magics: *mut u32,
+    cond_flags: *mut u32,
+    poll_flags: *mut c_int,
+    n_imms: usize,
+    imm_ptrs: *mut *mut c_void,
+    imm_datas: *mut *mut c_void,
+    imm_bytes: *mut usize,
+    imm_flags: *mut c_int,
+) -> c_int {
+    ffi!("gds_stream_post_polls_and_immediate_copies", {
+        const F: &str = "gds_stream_post_polls_and_immediate_copies";
+        // SAFETY: forwarded contract.
+        let mut d = unsafe { poll_descs(F, n_polls, ptrs, magics, cond_flags, poll_flags) }?;
+        // SAFETY: forwarded contract.
+        let (p, s, b, f) = unsafe {
+            (arr(F, imm_ptrs, n_imms)?, arr(F, imm_datas, n_imms)?, arr(F, imm_bytes, n_imms)?, arr(F, imm_flags, n_imms)?)
+        };
+        d.extend((0..n_imms).map(|i| Desc::WriteMemory { dest: p[i] as usize, src: s[i] as usize, count: b[i], flags: f[i] }));
+        post(stream, &d)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_param() {
+        let mut v = 0;
+        // SAFETY: valid out pointer / NULL.
+        unsafe {
+            assert_eq!(gds_query_param(GDS_PARAM_VERSION, &mut v), 0);
+            assert_eq!(v, 0x0002_0002);
+            assert_eq!(gds_query_param(1, &mut v), libc::EINVAL);
+            assert_eq!(gds_query_param(GDS_PARAM_VERSION, std::ptr::null_mut()), libc::EINVAL);
+        }
+    }
+
+    #[test]
+    fn prepare_functions_check_and_store() {
+        let mut word = 0u32;
+        let mut w = WaitValue32 { ptr: std::ptr::null_mut(), value: 0, cond_flags: 0, flags: 0 };
+        // SAFETY: valid pointers or NULL where the test says so.
+        unsafe {
+            assert_eq!(gds_prepare_wait_value32(&mut w, &mut word, 5, GDS_WAIT_COND_EQ, GDS_MEMORY_HOST | GDS_WAIT_POST_FLUSH_REMOTE), 0);
+            assert_eq!((w.value, w.cond_flags, w.flags), (5, 1, GDS_MEMORY_HOST | GDS_WAIT_POST_FLUSH_REMOTE));
+            assert_eq!(gds_prepare_wait_value32(&mut w, &mut word, 5, 4, GDS_MEMORY_HOST), libc::EINVAL);
+            assert_eq!(gds_prepare_wait_value32(&mut w, &mut word, 5, 0, GDS_WRITE_PRE_BARRIER_SYS | GDS_MEMORY_HOST), libc::EINVAL);
+            assert_eq!(gds_prepare_wait_value32(std::ptr::null_mut(), &mut word, 5, 0, GDS_MEMORY_HOST), libc::EINVAL);
+            let mut x = WriteValue32 { ptr: std::ptr::null_mut(), value: 0, flags: 0 };
+            assert_eq!(gds_prepare_write_value32(&mut x, &mut word, 9, GDS_MEMORY_GPU | GDS_WRITE_PRE_BARRIER_SYS), 0);
+            assert_eq!(x.value, 9);
+            assert_eq!(gds_prepare_write_value32(&mut x, &mut word, 9, GDS_MEMORY_GPU | GDS_WAIT_POST_FLUSH_REMOTE), libc::EINVAL);
+            assert_eq!(gds_prepare_write_value32(&mut x, std::ptr::null_mut(), 9, GDS_MEMORY_GPU), libc::EINVAL);
+            let mut m = WriteMemory { dest: std::ptr::null_mut(), src: std::ptr::null(), count: 0, flags: 0 };
+            let src = [1u8; 8];
+            let mut dst = [0u8; 8];
+            assert_eq!(
+                gds_prepare_write_memory(&mut m, dst.as_mut_ptr(), src.as_ptr(), 8, GDS_MEMORY_HOST | GDS_WRITE_MEMORY_PRE_BARRIER_SYS),
+                0
+            );
+            assert_eq!(m.count, 8);
+            assert_eq!(gds_prepare_write_memory(&mut m, dst.as_mut_ptr(), src.as_ptr(), 8, GDS_MEMORY_HOST | 0x80), libc::EINVAL);
+        }
+    }
+
+    #[test]
+    fn verbs_entry_points_report_enosys_after_argument_checks() {
+        let mut cq = GdsCq { cq: std::ptr::null_mut(), curr_offset: 7 };
+        // SAFETY: all-zero is a valid request.
+        let mut req: Box<WaitRequest> = Box::new(unsafe { std::mem::zeroed() });
+        // SAFETY: valid pointers / NULL where intended.
+        unsafe {
+            assert_eq!(gds_prepare_wait_cq(&mut cq, &mut *req, 1), libc::EINVAL);
+            assert_eq!(gds_prepare_wait_cq(&mut cq, &mut *req, 0), libc::ENOSYS);
+            assert_eq!(cq.curr_offset, 8, "the CQE index is claimed as upstream does");
+            assert_eq!(req.peek.offset, 7);
+            assert_eq!(req.peek.entries, 32);
+            assert_eq!(req.peek.storage, req.wr.as_mut_ptr());
+            let second = &mut req.wr[1] as *mut PeerOpWr;
+            assert_eq!(req.wr[0].next, second);
+            assert!(req.wr[31].next.is_null());
+            assert_eq!(gds_destroy_qp(std::ptr::null_mut()), 0);
+            assert!(gds_create_qp(std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), 0, 0).is_null());
+            assert_eq!(*libc::__errno_location(), libc::EINVAL);
+            let mut attr = [0u8; 152];
+            let (pd, ctx) = (8usize as *mut c_void, 16usize as *mut c_void);
+            assert!(gds_create_qp(pd, ctx, attr.as_mut_ptr().cast(), 0, 0x40).is_null());
+            assert!(gds_create_qp(pd, ctx, attr.as_mut_ptr().cast(), 0, 0).is_null());
+            assert_eq!(*libc::__errno_location(), libc::ENOSYS);
+            assert_eq!(gds_post_wait_cq(&mut cq, &mut *req, 0), libc::ENOSYS);
+            assert_eq!(gds_post_recv(std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()), libc::EINVAL);
+            // SAFETY: all-zero is a valid request.
+            let mut s: Box<SendRequest> = Box::new(std::mem::zeroed());
+            assert_eq!(gds_prepare_send(std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), &mut *s), libc::EINVAL);
+            assert_eq!(s.commit.entries, 32, "request initialised before the QP check, as upstream");
+        }
+    }
+
+    #[test]
+    fn descriptor_parsing_rejects_bad_input_before_any_work() {
+        // SAFETY: the arrays are valid for their lengths; NULL where intended.
+        unsafe {
+            let mut d = [Descriptor { tag: 9, u: DescriptorUnion { send: std::ptr::null_mut() } }];
+            assert_eq!(gds_post_descriptors(1, d.as_mut_ptr(), 0), libc::EINVAL);
+            assert_eq!(gds_post_descriptors(1, std::ptr::null_mut(), 0), libc::EINVAL);
+            assert_eq!(gds_post_descriptors(0, std::ptr::null_mut(), 0), 0);
+            d[0].tag = GDS_TAG_SEND;
+            assert_eq!(gds_post_descriptors(1, d.as_mut_ptr(), 0), libc::EINVAL, "NULL request");
+            let mut req: Box<SendRequest> = Box::new(std::mem::zeroed());
+            req.commit.entries = 33;
+            d[0].u.send = &mut *req;
+            assert_eq!(gds_post_descriptors(1, d.as_mut_ptr(), 0), libc::EINVAL, "too many ops");
+            req.commit.entries = 0;
+            assert_eq!(gds_post_descriptors(1, d.as_mut_ptr(), 0), 0, "empty send is a no-op");
+            assert_eq!(gds_stream_post_send_all(std::ptr::null_mut(), 0, &mut *req), libc::EINVAL);
+        }
+    }
+
+    #[test]
+    fn mlx5_info_helpers_walk_requests() {
+        let r = ranges();
+        let dbr = r.register(crate::ranges::Range { cpu: 0x1000, dev: 0xa000, len: 64 });
+        // SAFETY: all-zero is a valid request; arrays valid for count 1.
+        unsafe {
+            let mut req: Box<SendRequest> = Box::new(std::mem::zeroed());
+            init_send_request(&mut req);
+            req.commit.entries = 1;
+            req.wr[0].type_ = IBV_EXP_PEER_OP_STORE_DWORD;
+            req.wr[0].wr.dword_va = DwordVa { data: 0x42, target_id: dbr, offset: 4 };
+            let mut info = Mlx5SendInfo { bits: 9, dbrec_ptr: std::ptr::null_mut(), dbrec_value: 0, db_ptr: std::ptr::null_mut(), db_value: 7 };
+            assert_eq!(gds_mlx5_get_send_info(1, &*req, &mut info), 0);
+            assert_eq!((info.bits, info.dbrec_ptr as u64, info.dbrec_value, info.db_value), (0, 0xa004, 0x42, 0));
+            req.wr[0].type_ = IBV_EXP_PEER_OP_POLL_GEQ_DWORD;
+            assert_eq!(gds_mlx5_get_send_info(1, &*req, &mut info), libc::EINVAL);
+            assert_eq!(gds_mlx5_get_send_info(1, std::ptr::null(), &mut info), libc::EINVAL);
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! The registration cache (spec §4.5): host and I/O memory handed to stream APIs is registered with
+//! `cuMemHostRegister` once and translated to a device address; GPU memory is used as is.
+//!
+//! Intervals are page-aligned closed ranges `[start, end]`, disjoint, keyed by start. Unlike
+//! upstream, registrations this library made for its own allocations are undone when those
+//! allocations are freed (`release`), and the cache is behind a mutex.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use gpudirect_common::{Errno, Result};
+
+use crate::abi::{GDS_MEMORY_GPU, GDS_MEMORY_HOST, GDS_MEMORY_IO};
+use crate::driver::*;
+
+/// Page size used for host and I/O registrations (fixed, as upstream).
+pub const HOST_PAGE: usize = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Interval {
+    end: usize,
+    dev_base: u64,
+    /// We called cuMemHostRegister for it (false when CUDA said "already registered").
+    owned: bool,
+}
+
+/// Result of looking a byte range up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    Contained(u64),
+    Partial,
+    NotFound,
+}
+
+#[derive(Default)]
+pub struct MemMgr {
+    map: Mutex<BTreeMap<usize, Interval>>,
+}
+
+fn lookup_in(map: &BTreeMap<usize, Interval>, start: usize, end: usize) -> Lookup {
+    match map.range(..=end).next_back() {
+        Some((&s, iv)) if iv.end >= start => {
+            if s <= start && end <= iv.end {
+                Lookup::Contained(iv.dev_base + (start - s) as u64)
+            } else {
+                Lookup::Partial
+            }
+        }
+        _ => Lookup::NotFound,
+    }
+}
+
+impl MemMgr {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<usize, Interval>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn lookup(&self, ptr: usize, size: usize) -> Lookup {
+        lookup_in(&self.lock(), ptr, ptr + size.max(1) - 1)
+    }
+
+    /// Translates `[ptr, ptr+size)` of memory type `mem_type` into a device address, registering
+    /// host/I/O memory on first use (`gds_map_mem`).
+    pub fn map_mem(&self, cuda: &dyn Cuda, ptr: usize, size: usize, mem_type: i32) -> Result<u64> {
+        const F: &str = "gds_map_mem";
+        if ptr == 0 {
+            gds_err!(F, "NULL pointer");
+            return Err(Errno::EINVAL);
+        }
+        let Some(end) = ptr.checked_add(size.max(1) - 1) else {
+            gds_err!(F, "range {ptr:#x}+{size} wraps around");
+            return Err(Errno::EINVAL);
+        };
+        let mut map = self.lock();
+        match lookup_in(&map, ptr, end) {
+            Lookup::Contained(d) => return Ok(d),
+            Lookup::Partial => {
+                gds_err!(F, "range {ptr:#x}+{size} partially overlaps a registered range");
+                return Err(Errno::EINVAL);
+            }
+            Lookup::NotFound => {}
+        }
+        let flags = match mem_type {
+            GDS_MEMORY_GPU => return Ok(ptr as u64),
+            GDS_MEMORY_HOST => CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE,
+            GDS_MEMORY_IO => CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_IOMEMORY,
+            t => {
+                gds_err!(F, "invalid memory type {t:#x}");
+                return Err(Errno::EINVAL);
+            }
+        };
+        let page = ptr & !(HOST_PAGE - 1);
+        let Some(len) = (end - page + 1).checked_next_multiple_of(HOST_PAGE) else {
+            return Err(Errno::EINVAL);
+        };
+        let owned = match cuda.mem_host_register(page, len, flags) {
+            Ok(()) => true,
+            Err(r @ (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED | CUDA_ERROR_ALREADY_MAPPED)) => {
+                gds_warn!(F, "range {page:#x}+{len} was already registered with CUDA ({r}), using it");
+                false
+            }
+            Err(CUDA_ERROR_NOT_INITIALIZED) => {
+                gds_err!(F, "cuMemHostRegister: CUDA is not initialised");
+                return Err(Errno::EAGAIN);
+            }
+            Err(r) => {
+                gds_err!(F, "cuMemHostRegister({page:#x}, {len}, {flags:#x}) failed: {} ({r})", cuda.error_string(r));
+                return Err(Errno::EINVAL);
+            }
+        };
+        let dev = match cuda.mem_host_get_device_pointer(page) {
+            Ok(d) => d,
+            Err(r) => {
+                gds_err!(F, "cuMemHostGetDevicePointer({page:#x}) failed: {} ({r})", cuda.error_string(r));
+                if owned {
+                    let _ = cuda.mem_host_unregister(page);
+                }
+                return Err(Errno::EINVAL);
+            }
+        };
+        gds_dbg!(F, "registered {page:#x}+{len} type {mem_type} -> dev {dev:#x}");
+        map.insert(page, Interval { end: page + len - 1, dev_base: dev, owned });
+        Ok(dev + (ptr - page) as u64)
+    }
+
+    /// Forgets the interval starting at `page` and undoes its registration if we made it.
+    pub fn release(&self, cuda: &dyn Cuda, page: usize) -> Result<()> {
+        let iv = self.lock().remove(&page).ok_or(Errno::EINVAL)?;
+        if iv.owned {
+            if let Err(r) = cuda.mem_host_unregister(page) {
+                gds_warn!("gds_unmap_mem", "cuMemHostUnregister({page:#x}) failed: {r}");
+            }
+        }
+        Ok(())
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// The process-wide cache.
+pub fn memmgr() -> &'static MemMgr {
+    static M: std::sync::OnceLock<MemMgr> = std::sync::OnceLock::new();
+    M.get_or_init(MemMgr::default)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testcuda::{DEV_OFFSET, FakeCuda};
+
+    #[test]
+    fn host_memory_is_registered_once_per_page_range() {
+        let cuda = FakeCuda::new();
+        let m = MemMgr::default();
+        let p = 0x10_0010usize;
+        assert_eq!(m.map_mem(&cuda, p, 4, GDS_MEMORY_HOST).unwrap(), p as u64 + DEV_OFFSET);
+        assert_eq!(cuda.registered(), vec![(0x10_0000, 4096, 3)]);
+        // Another word in the same page: cached, no new registration.
+        assert_eq!(m.map_mem(&cuda, p + 0x100, 4, GDS_MEMORY_HOST).unwrap(), (p + 0x100) as u64 + DEV_OFFSET);
+        assert_eq!(cuda.registered().len(), 1);
+        // A range straddling the cached page: partial overlap.
+        assert_eq!(m.map_mem(&cuda, 0x10_0ff0, 0x20, GDS_MEMORY_HOST), Err(Errno::EINVAL));
+        // I/O memory gets the IOMEMORY flag; the length covers the page-offset.
+        m.map_mem(&cuda, 0x20_0ffc, 8, GDS_MEMORY_IO).unwrap();
+        assert_eq!(cuda.registered()[1], (0x20_0000, 8192, 7));
+    }
+
+    #[test]
+    fn gpu_memory_is_identity_and_bad_types_fail() {
+        let cuda = FakeCuda::new();
+        let m = MemMgr::default();
+        assert_eq!(m.map_mem(&cuda, 0x7777_0000, 4, GDS_MEMORY_GPU).unwrap(), 0x7777_0000);
+        assert!(cuda.registered().is_empty());
+        assert_eq!(m.map_mem(&cuda, 0x1000, 4, 0), Err(Errno::EINVAL));
+        assert_eq!(m.map_mem(&cuda, 0x1000, 4, 3), Err(Errno::EINVAL));
+        assert_eq!(m.map_mem(&cuda, 0, 4, GDS_MEMORY_HOST), Err(Errno::EINVAL));
+        assert_eq!(m.map_mem(&cuda, usize::MAX - 1, 4, GDS_MEMORY_HOST), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn cuda_register_errors_map_like_upstream() {
+        let cuda = FakeCuda::new();
+        let m = MemMgr::default();
+        cuda.set_register_result(Some(CUDA_ERROR_NOT_INITIALIZED));
+        assert_eq!(m.map_mem(&cuda, 0x5000, 4, GDS_MEMORY_HOST), Err(Errno::EAGAIN));
+        cuda.set_register_result(Some(999));
+        assert_eq!(m.map_mem(&cuda, 0x5000, 4, GDS_MEMORY_HOST), Err(Errno::EINVAL));
+        assert_eq!(m.len(), 0, "failures cache nothing");
+        cuda.set_register_result(Some(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED));
+        assert!(m.map_mem(&cuda, 0x5000, 4, GDS_MEMORY_HOST).is_ok());
+        // Not ours: releasing it must not unregister.
+        m.release(&cuda, 0x5000).unwrap();
+        assert!(cuda.unregistered().is_empty());
+    }
+
+    #[test]
+    fn release_undoes_our_registration() {
+        let cuda = FakeCuda::new();
+        let m = MemMgr::default();
+        m.map_mem(&cuda, 0x9000, 8192, GDS_MEMORY_HOST).unwrap();
+        m.release(&cuda, 0x9000).unwrap();
+        assert_eq!(cuda.unregistered(), vec![0x9000]);
+        assert_eq!(m.lookup(0x9000, 4), Lookup::NotFound);
+        assert_eq!(m.release(&cuda, 0x9000), Err(Errno::EINVAL));
+    }
+}

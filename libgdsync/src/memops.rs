@@ -1,0 +1,558 @@
+//! Translation of descriptors and peer-op lists into CUDA stream memory operations (spec §5), and
+//! their submission in `cuStreamBatchMemOp` batches no larger than the driver accepts.
+//!
+//! Everything here is safe code over plain values: the C layer copies descriptors and peer-op
+//! lists out of application memory into [`Desc`]/[`PeerOp`] first.
+
+use gpudirect_common::{Errno, Result};
+
+use crate::abi::*;
+use crate::driver::{Cuda, errno_of};
+use crate::env::Settings;
+use crate::memmgr::MemMgr;
+use crate::peer::{Caps, Peers};
+use crate::ranges::Ranges;
+
+/// Largest number of operations one `cuStreamBatchMemOp` call takes ("must be less than 256").
+pub const MAX_BATCH: usize = 255;
+/// Largest COPY_BLOCK payload (upstream's `GDS_GPU_MAX_INLINE_SIZE`).
+pub const MAX_INLINE_COPY: usize = 256;
+
+/// One peer operation, copied out of a `struct peer_op_wr`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerOp {
+    Fence { flags: u64 },
+    StoreDword { data: u32, target: u64, offset: usize },
+    StoreQword { data: u64, target: u64, offset: usize },
+    /// The payload is copied at submission time, as upstream consumes `src` then.
+    CopyBlock { data: Vec<u8>, target: u64, offset: usize },
+    /// `op` is one of the `IBV_EXP_PEER_OP_POLL_*_DWORD` values.
+    Poll { op: u32, data: u32, target: u64, offset: usize },
+    /// RESERVED1 or anything unknown.
+    Other(u32),
+}
+
+/// One descriptor, copied out of a `gds_descriptor_t`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Desc {
+    Send(Vec<PeerOp>),
+    Wait(Vec<PeerOp>),
+    WaitValue32 { ptr: usize, value: u32, cond: u32, flags: i32 },
+    WriteValue32 { ptr: usize, value: u32, flags: i32 },
+    WriteMemory { dest: usize, src: usize, count: usize, flags: i32 },
+}
+
+/// A stream memory operation, as it will be handed to the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemOp {
+    /// `flags` = CUDA wait condition, possibly `| CU_STREAM_WAIT_VALUE_FLUSH`.
+    Wait32 { addr: u64, value: u32, flags: u32 },
+    Write32 { addr: u64, value: u32, flags: u32 },
+    Write64 { addr: u64, value: u64, flags: u32 },
+}
+
+impl MemOp {
+    pub fn to_params(self) -> BatchMemOpParams {
+        let (operation, address, value64, flags) = match self {
+            MemOp::Wait32 { addr, value, flags } => (CU_STREAM_MEM_OP_WAIT_VALUE_32, addr, u64::from(value), flags),
+            MemOp::Write32 { addr, value, flags } => (CU_STREAM_MEM_OP_WRITE_VALUE_32, addr, u64::from(value), flags),
+            MemOp::Write64 { addr, value, flags } => (CU_STREAM_MEM_OP_WRITE_VALUE_64, addr, value, flags),
+        };
+        BatchMemOpParams { operation, address, value64, flags, ..Default::default() }
+    }
+}
+
+impl std::fmt::Display for MemOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            MemOp::Wait32 { addr, value, flags } => write!(f, "WAIT_VALUE_32 addr={addr:#x} value={value:#x} flags={flags:#x}"),
+            MemOp::Write32 { addr, value, flags } => write!(f, "WRITE_VALUE_32 addr={addr:#x} value={value:#x} flags={flags:#x}"),
+            MemOp::Write64 { addr, value, flags } => write!(f, "WRITE_VALUE_64 addr={addr:#x} value={value:#x} flags={flags:#x}"),
+        }
+    }
+}
+
+/// Checks the flags of a WAIT_VALUE32 request (prepare time and post time).
+pub fn check_wait_value32(cond: u32, flags: i32) -> Result<()> {
+    const F: &str = "gds_prepare_wait_value32";
+    if flags & !(GDS_WAIT_POST_FLUSH_REMOTE | GDS_MEMORY_MASK) != 0 {
+        gds_err!(F, "invalid flags {flags:#x}");
+        return Err(Errno::EINVAL);
+    }
+    check_mem_type(F, flags)?;
+    if cond > GDS_WAIT_COND_NOR {
+        gds_err!(F, "invalid wait condition {cond}");
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+/// Checks the flags of a WRITE_VALUE32 request.
+pub fn check_write_value32(flags: i32) -> Result<()> {
+    const F: &str = "gds_prepare_write_value32";
+    if flags & !(GDS_WRITE_PRE_BARRIER_SYS | GDS_MEMORY_MASK) != 0 {
+        gds_err!(F, "invalid flags {flags:#x}");
+        return Err(Errno::EINVAL);
+    }
+    check_mem_type(F, flags)
+}
+
+/// Checks the flags of a WRITE_MEMORY request.
+pub fn check_write_memory(flags: i32) -> Result<()> {
+    const F: &str = "gds_prepare_write_memory";
+    if flags & !(GDS_WRITE_MEMORY_POST_BARRIER_SYS | GDS_WRITE_MEMORY_PRE_BARRIER_SYS | GDS_MEMORY_MASK) != 0 {
+        gds_err!(F, "invalid flags {flags:#x}");
+        return Err(Errno::EINVAL);
+    }
+    check_mem_type(F, flags)
+}
+
+/// Exactly one memory type must be given (upstream meant to check this; its check never fired).
+fn check_mem_type(origin: &str, flags: i32) -> Result<()> {
+    match flags & GDS_MEMORY_MASK {
+        GDS_MEMORY_GPU | GDS_MEMORY_HOST | GDS_MEMORY_IO => Ok(()),
+        t => {
+            gds_err!(origin, "invalid memory type {t:#x} in flags {flags:#x} (need one of GPU, HOST, IO)");
+            Err(Errno::EINVAL)
+        }
+    }
+}
+
+/// Builds the memop list for one submission.
+pub struct Emitter<'a> {
+    caps: &'a Caps,
+    ranges: &'a Ranges,
+    pub ops: Vec<MemOp>,
+}
+
+impl<'a> Emitter<'a> {
+    pub fn new(caps: &'a Caps, ranges: &'a Ranges) -> Self {
+        Emitter { caps, ranges, ops: Vec::new() }
+    }
+
+    fn poll(&mut self, addr: u64, value: u32, cond: u32, gds_flags: i32) -> Result<()> {
+        const F: &str = "gds_fill_poll";
+        if addr % 4 != 0 {
+            gds_err!(F, "wait address {addr:#x} is not 4-byte aligned");
+            return Err(Errno::EINVAL);
+        }
+        let mut flags = match cond {
+            GDS_WAIT_COND_GEQ | GDS_WAIT_COND_EQ | GDS_WAIT_COND_AND => cond,
+            GDS_WAIT_COND_NOR if self.caps.has_wait_nor => cond,
+            GDS_WAIT_COND_NOR => {
+                gds_err!(
+                    F,
+                    "GDS_WAIT_COND_NOR is not available on GPU {} (unsupported by the device, or GDS_DISABLE_WAIT_NOR is not 0)",
+                    self.caps.device
+                );
+                return Err(Errno::EINVAL);
+            }
+            c => {
+                gds_err!(F, "invalid wait condition {c}");
+                return Err(Errno::EINVAL);
+            }
+        };
+        if gds_flags & GDS_WAIT_POST_FLUSH_REMOTE != 0 {
+            if self.caps.has_remote_flush {
+                flags |= CU_STREAM_WAIT_VALUE_FLUSH;
+            } else {
+                gds_warn_once!(
+                    F,
+                    "GPU cannot flush remote writes (or GDS_DISABLE_REMOTE_FLUSH is set): consistency of RDMA data for GPU work launched after a wait is not guaranteed"
+                );
+            }
+        }
+        self.ops.push(MemOp::Wait32 { addr, value, flags });
+        Ok(())
+    }
+
+    fn poke(&mut self, addr: u64, value: u32, barrier: bool) -> Result<()> {
+        if addr % 4 != 0 {
+            gds_err!("gds_fill_poke", "write address {addr:#x} is not 4-byte aligned");
+            return Err(Errno::EINVAL);
+        }
+        let flags = if barrier { CU_STREAM_WRITE_VALUE_DEFAULT } else { CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER };
+        self.ops.push(MemOp::Write32 { addr, value, flags });
+        Ok(())
+    }
+
+    fn poke64(&mut self, addr: u64, value: u64, barrier: bool) -> Result<()> {
+        if addr % 8 != 0 {
+            gds_err!("gds_fill_poke64", "write address {addr:#x} is not 8-byte aligned");
+            return Err(Errno::EINVAL);
+        }
+        let flags = if barrier { CU_STREAM_WRITE_VALUE_DEFAULT } else { CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER };
+        self.ops.push(MemOp::Write64 { addr, value, flags });
+        Ok(())
+    }
+
+    /// Translates a provider's op list (spec §5.3). `discard_flush` drops the remote flush of the
+    /// polls (flush coalescing, §5.5).
+    pub fn peer_ops(&mut self, ops: &[PeerOp], discard_flush: bool) -> Result<()> {
+        const F: &str = "gds_post_ops";
+        if !self.caps.has_memops {
+            gds_err!(F, "GPU {} has no stream memory operations", self.caps.device);
+            return Err(Errno::EINVAL);
+        }
+        // Without a memory-barrier memop, a write FENCE becomes a barrier on the next store.
+        let mut prev_was_fence = false;
+        for (i, op) in ops.iter().enumerate() {
+            let r = match op {
+                PeerOp::Fence { flags } => {
+                    if flags & IBV_EXP_PEER_FENCE_OP_WRITE != 0 {
+                        prev_was_fence = true;
+                    }
+                    Ok(())
+                }
+                PeerOp::StoreDword { data, target, offset } => {
+                    let addr = self.ranges.get(*target)?.dev_addr(*offset, 4)?;
+                    let b = std::mem::take(&mut prev_was_fence);
+                    self.poke(addr, *data, b)
+                }
+                PeerOp::StoreQword { data, target, offset } => {
+                    let addr = self.ranges.get(*target)?.dev_addr(*offset, 8)?;
+                    let b = std::mem::take(&mut prev_was_fence);
+                    if self.caps.has_write64 {
+                        // Upstream drops a pending fence here; we keep the ordering it asked for.
+                        self.poke64(addr, *data, b)
+                    } else {
+                        self.poke(addr, *data as u32, b).and_then(|_| self.poke(addr + 4, (*data >> 32) as u32, false))
+                    }
+                }
+                PeerOp::CopyBlock { .. } => {
+                    gds_err!(
+                        F,
+                        "op {i}: COPY_BLOCK needs the WRITE_MEMORY stream operation, which public CUDA drivers do not offer"
+                    );
+                    Err(Errno::EINVAL)
+                }
+                PeerOp::Poll { op, data, target, offset } => {
+                    let addr = self.ranges.get(*target)?.dev_addr(*offset, 4)?;
+                    let cond = match *op {
+                        IBV_EXP_PEER_OP_POLL_AND_DWORD => GDS_WAIT_COND_AND,
+                        IBV_EXP_PEER_OP_POLL_NOR_DWORD => GDS_WAIT_COND_NOR,
+                        _ => GDS_WAIT_COND_GEQ,
+                    };
+                    let flags = if discard_flush { 0 } else { GDS_WAIT_POST_FLUSH_REMOTE };
+                    self.poll(addr, *data, cond, flags)
+                }
+                PeerOp::Other(t) => {
+                    gds_err!(F, "op {i}: unsupported peer op type {t}");
+                    Err(Errno::EINVAL)
+                }
+            };
+            if let Err(e) = r {
+                gds_err!(F, "error {e} in peer op {i}");
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Translates a descriptor array (spec §5.5 steps 2–5). `map` turns (pointer, size, memory type)
+/// into a device address, registering memory as needed.
+pub fn translate(
+    caps: &Caps,
+    ranges: &Ranges,
+    descs: &[Desc],
+    map: &mut dyn FnMut(usize, usize, i32) -> Result<u64>,
+) -> Result<Vec<MemOp>> {
+    const F: &str = "gds_stream_post_descriptors";
+    // Flush coalescing: when no SEND follows the last WAIT, only that last WAIT flushes.
+    let last_wait = descs.iter().rposition(|d| matches!(d, Desc::Wait(_)));
+    let coalesce = last_wait.is_some_and(|lw| !descs[lw + 1..].iter().any(|d| matches!(d, Desc::Send(_))));
+    let mut e = Emitter::new(caps, ranges);
+    for (i, d) in descs.iter().enumerate() {
+        let r = match d {
+            Desc::Send(ops) => e.peer_ops(ops, false),
+            Desc::Wait(ops) => e.peer_ops(ops, coalesce && Some(i) != last_wait),
+            &Desc::WaitValue32 { ptr, value, cond, flags } => check_wait_value32(cond, flags)
+                .and_then(|_| aligned(ptr, 4))
+                .and_then(|_| map(ptr, 4, flags & GDS_MEMORY_MASK))
+                .and_then(|addr| e.poll(addr, value, cond, flags)),
+            &Desc::WriteValue32 { ptr, value, flags } => check_write_value32(flags)
+                .and_then(|_| aligned(ptr, 4))
+                .and_then(|_| map(ptr, 4, flags & GDS_MEMORY_MASK))
+                .and_then(|addr| e.poke(addr, value, flags & GDS_WRITE_PRE_BARRIER_SYS != 0)),
+            &Desc::WriteMemory { flags, .. } => check_write_memory(flags).and_then(|_| {
+                gds_err!(
+                    F,
+                    "descriptor {i}: WRITE_MEMORY needs the CU_STREAM_MEM_OP_WRITE_MEMORY stream operation, which public CUDA drivers do not offer"
+                );
+                Err(Errno::EINVAL)
+            }),
+        };
+        if let Err(err) = r {
+            gds_err!(F, "descriptor {i} failed: {err}");
+            return Err(err);
+        }
+    }
+    Ok(e.ops)
+}
+
+fn aligned(ptr: usize, a: usize) -> Result<()> {
+    if ptr % a != 0 {
+        gds_err!("gds_stream_post_descriptors", "pointer {ptr:#x} is not {a}-byte aligned");
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+/// Hands `ops` to the driver in order, at most [`MAX_BATCH`] per call.
+pub fn submit(cuda: &dyn Cuda, stream: usize, ops: &[MemOp], relaxed: bool, dump: bool) -> Result<()> {
+    const F: &str = "gds_stream_batch_ops";
+    let flags = if relaxed { CU_STREAM_BATCH_MEM_OP_RELAXED_ORDERING } else { 0 };
+    let mut done = 0usize;
+    for chunk in ops.chunks(MAX_BATCH) {
+        let mut params: Vec<BatchMemOpParams> = chunk.iter().map(|o| o.to_params()).collect();
+        if let Err(r) = cuda.batch_mem_op(stream, &mut params, flags) {
+            gds_err!(
+                F,
+                "cuStreamBatchMemOp({} ops) failed: {} ({r}); {done} of {} ops were already enqueued",
+                chunk.len(),
+                cuda.error_string(r),
+                ops.len()
+            );
+            for (i, o) in chunk.iter().enumerate() {
+                gds_info!(F, "op[{}] {o}", done + i);
+            }
+            return Err(errno_of(r));
+        }
+        if dump {
+            for (i, o) in chunk.iter().enumerate() {
+                gds_info!(F, "op[{}] {o}", done + i);
+            }
+        }
+        done += chunk.len();
+    }
+    Ok(())
+}
+
+/// `gds_stream_post_descriptors` after the C layer copied the descriptors.
+pub fn stream_post(
+    cuda: &dyn Cuda,
+    env: &Settings,
+    peers: &Peers,
+    mm: &MemMgr,
+    ranges: &Ranges,
+    stream: usize,
+    descs: &[Desc],
+) -> Result<()> {
+    if descs.is_empty() {
+        return Ok(());
+    }
+    let caps = peers.from_stream(cuda, env, stream)?;
+    let ops = translate(&caps, ranges, descs, &mut |p, s, t| mm.map_mem(cuda, p, s, t))?;
+    gds_dbg!("gds_stream_post_descriptors", "{} descriptors -> {} memops", descs.len(), ops.len());
+    submit(cuda, stream, &ops, !env.disable_weak_consistency && caps.has_weak, env.enable_dump_memops)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ranges::Range;
+    use crate::testcuda::{DEV_OFFSET, FakeCuda};
+
+    fn caps() -> Caps {
+        Caps { device: 0, has_memops: true, has_remote_flush: true, has_write64: true, ..Default::default() }
+    }
+    fn identity(p: usize, _s: usize, t: i32) -> Result<u64> {
+        if t == GDS_MEMORY_GPU || t == GDS_MEMORY_HOST || t == GDS_MEMORY_IO { Ok(p as u64) } else { Err(Errno::EINVAL) }
+    }
+
+    #[test]
+    fn value32_descriptors_translate_to_waits_and_writes() {
+        let r = Ranges::default();
+        let descs = [
+            Desc::WaitValue32 { ptr: 0x1000, value: 5, cond: GDS_WAIT_COND_GEQ, flags: GDS_MEMORY_HOST },
+            Desc::WaitValue32 { ptr: 0x1004, value: 6, cond: GDS_WAIT_COND_EQ, flags: GDS_MEMORY_GPU | GDS_WAIT_POST_FLUSH_REMOTE },
+            Desc::WaitValue32 { ptr: 0x1008, value: 1, cond: GDS_WAIT_COND_AND, flags: GDS_MEMORY_IO },
+            Desc::WriteValue32 { ptr: 0x2000, value: 7, flags: GDS_MEMORY_HOST },
+            Desc::WriteValue32 { ptr: 0x2004, value: 8, flags: GDS_MEMORY_HOST | GDS_WRITE_PRE_BARRIER_SYS },
+        ];
+        let ops = translate(&caps(), &r, &descs, &mut identity).unwrap();
+        assert_eq!(
+            ops,
+            vec![
+                MemOp::Wait32 { addr: 0x1000, value: 5, flags: 0 },
+                MemOp::Wait32 { addr: 0x1004, value: 6, flags: 1 | CU_STREAM_WAIT_VALUE_FLUSH },
+                MemOp::Wait32 { addr: 0x1008, value: 1, flags: 2 },
+                MemOp::Write32 { addr: 0x2000, value: 7, flags: CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER },
+                MemOp::Write32 { addr: 0x2004, value: 8, flags: CU_STREAM_WRITE_VALUE_DEFAULT },
+            ]
+        );
+    }
+
+    #[test]
+    fn flush_is_dropped_without_the_capability_and_nor_needs_it() {
+        let r = Ranges::default();
+        let c = Caps { has_remote_flush: false, ..caps() };
+        let d = [Desc::WaitValue32 { ptr: 0x10, value: 1, cond: GDS_WAIT_COND_GEQ, flags: GDS_MEMORY_HOST | GDS_WAIT_POST_FLUSH_REMOTE }];
+        assert_eq!(translate(&c, &r, &d, &mut identity).unwrap(), vec![MemOp::Wait32 { addr: 0x10, value: 1, flags: 0 }]);
+        let nor = [Desc::WaitValue32 { ptr: 0x10, value: 1, cond: GDS_WAIT_COND_NOR, flags: GDS_MEMORY_HOST }];
+        assert_eq!(translate(&caps(), &r, &nor, &mut identity), Err(Errno::EINVAL));
+        let c = Caps { has_wait_nor: true, ..caps() };
+        assert_eq!(translate(&c, &r, &nor, &mut identity).unwrap(), vec![MemOp::Wait32 { addr: 0x10, value: 1, flags: 3 }]);
+    }
+
+    #[test]
+    fn bad_arguments_are_refused() {
+        let r = Ranges::default();
+        let bad = [
+            Desc::WaitValue32 { ptr: 0x10, value: 1, cond: 4, flags: GDS_MEMORY_HOST },
+            Desc::WaitValue32 { ptr: 0x10, value: 1, cond: 0, flags: GDS_MEMORY_HOST | 0x100 },
+            Desc::WaitValue32 { ptr: 0x10, value: 1, cond: 0, flags: 0 },
+            Desc::WaitValue32 { ptr: 0x12, value: 1, cond: 0, flags: GDS_MEMORY_HOST },
+            Desc::WriteValue32 { ptr: 0x10, value: 1, flags: GDS_MEMORY_HOST | GDS_WAIT_POST_FLUSH_REMOTE },
+            Desc::WriteValue32 { ptr: 0x10, value: 1, flags: GDS_MEMORY_GPU | GDS_MEMORY_HOST },
+            Desc::WriteValue32 { ptr: 0x11, value: 1, flags: GDS_MEMORY_GPU },
+            Desc::WriteMemory { dest: 0x10, src: 0x20, count: 4, flags: GDS_MEMORY_HOST },
+            Desc::WriteMemory { dest: 0x10, src: 0x20, count: 4, flags: GDS_MEMORY_HOST | 0x40 },
+        ];
+        for d in bad {
+            assert_eq!(translate(&caps(), &r, std::slice::from_ref(&d), &mut identity), Err(Errno::EINVAL), "{d:?}");
+        }
+    }
+
+    fn send_ops(r: &Ranges) -> (Vec<PeerOp>, u64, u64) {
+        let dbr = r.register(Range { cpu: 0x5000, dev: 0xd000, len: 64 });
+        let bf = r.register(Range { cpu: 0x6000, dev: 0xb000, len: 4096 });
+        let ops = vec![
+            PeerOp::StoreDword { data: 0x0100_0000, target: dbr, offset: 4 },
+            PeerOp::Fence { flags: IBV_EXP_PEER_FENCE_OP_WRITE | IBV_EXP_PEER_FENCE_FROM_HCA | IBV_EXP_PEER_FENCE_MEM_SYS },
+            PeerOp::StoreQword { data: 0x1122_3344_5566_7788, target: bf, offset: 0 },
+        ];
+        (ops, dbr, bf)
+    }
+
+    #[test]
+    fn mlx5_send_list_with_and_without_write64() {
+        let r = Ranges::default();
+        let (ops, _, _) = send_ops(&r);
+        let got = translate(&caps(), &r, &[Desc::Send(ops.clone())], &mut identity).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                MemOp::Write32 { addr: 0xd004, value: 0x0100_0000, flags: 1 },
+                MemOp::Write64 { addr: 0xb000, value: 0x1122_3344_5566_7788, flags: 0 },
+            ]
+        );
+        let c = Caps { has_write64: false, ..caps() };
+        let got = translate(&c, &r, &[Desc::Send(ops)], &mut identity).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                MemOp::Write32 { addr: 0xd004, value: 0x0100_0000, flags: 1 },
+                MemOp::Write32 { addr: 0xb000, value: 0x5566_7788, flags: 0 },
+                MemOp::Write32 { addr: 0xb004, value: 0x1122_3344, flags: 1 },
+            ]
+        );
+    }
+
+    fn wait_ops(r: &Ranges, op: u32) -> Vec<PeerOp> {
+        let cq = r.register(Range { cpu: 0x8000, dev: 0xc000, len: 4096 });
+        let flag = r.register(Range { cpu: 0x9000, dev: 0xf000, len: 64 });
+        vec![PeerOp::Poll { op, data: 0x0100_0000, target: cq, offset: 60 }, PeerOp::StoreDword { data: 0, target: flag, offset: 8 }]
+    }
+
+    #[test]
+    fn wait_lists_and_flush_coalescing() {
+        let r = Ranges::default();
+        let w1 = wait_ops(&r, IBV_EXP_PEER_OP_POLL_AND_DWORD);
+        let w2 = wait_ops(&r, IBV_EXP_PEER_OP_POLL_GEQ_DWORD);
+        let (s, _, _) = send_ops(&r);
+        let f = CU_STREAM_WAIT_VALUE_FLUSH;
+        // WAIT, WAIT: only the last one flushes.
+        let got = translate(&caps(), &r, &[Desc::Wait(w1.clone()), Desc::Wait(w2.clone())], &mut identity).unwrap();
+        assert_eq!(got[0], MemOp::Wait32 { addr: 0xc03c, value: 0x0100_0000, flags: GDS_WAIT_COND_AND });
+        assert_eq!(got[1], MemOp::Write32 { addr: 0xf008, value: 0, flags: 1 });
+        assert_eq!(got[2], MemOp::Wait32 { addr: 0xc03c, value: 0x0100_0000, flags: f });
+        // WAIT, SEND, WAIT, WRITE: the trailing write does not stop coalescing.
+        let d = [
+            Desc::Wait(w1.clone()),
+            Desc::Send(s.clone()),
+            Desc::Wait(w2.clone()),
+            Desc::WriteValue32 { ptr: 0x40, value: 1, flags: GDS_MEMORY_HOST },
+        ];
+        let got = translate(&caps(), &r, &d, &mut identity).unwrap();
+        let waits: Vec<u32> =
+            got.iter().filter_map(|o| if let MemOp::Wait32 { flags, .. } = o { Some(*flags) } else { None }).collect();
+        assert_eq!(waits, vec![GDS_WAIT_COND_AND, f]);
+        // WAIT, WAIT, SEND: a send after the last wait disables coalescing: both flush.
+        let d = [Desc::Wait(w1), Desc::Wait(w2), Desc::Send(s)];
+        let got = translate(&caps(), &r, &d, &mut identity).unwrap();
+        let waits: Vec<u32> =
+            got.iter().filter_map(|o| if let MemOp::Wait32 { flags, .. } = o { Some(*flags) } else { None }).collect();
+        assert_eq!(waits, vec![GDS_WAIT_COND_AND | f, f]);
+    }
+
+    #[test]
+    fn bad_peer_ops_fail() {
+        let r = Ranges::default();
+        let id = r.register(Range { cpu: 0x1000, dev: 0x2000, len: 8 });
+        let cases = [
+            vec![PeerOp::Other(IBV_EXP_PEER_OP_RESERVED1)],
+            vec![PeerOp::CopyBlock { data: vec![0; 8], target: id, offset: 0 }],
+            vec![PeerOp::StoreDword { data: 0, target: 12345, offset: 0 }],
+            vec![PeerOp::StoreDword { data: 0, target: id, offset: 6 }],
+            vec![PeerOp::StoreQword { data: 0, target: id, offset: 4 }],
+        ];
+        for ops in cases {
+            assert_eq!(translate(&caps(), &r, &[Desc::Send(ops.clone())], &mut identity), Err(Errno::EINVAL), "{ops:?}");
+        }
+        let no_memops = Caps { has_memops: false, ..caps() };
+        let ok = vec![PeerOp::StoreDword { data: 0, target: id, offset: 0 }];
+        assert_eq!(translate(&no_memops, &r, &[Desc::Send(ok)], &mut identity), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn batches_split_at_the_driver_limit_in_order() {
+        let cuda = FakeCuda::new();
+        let ops: Vec<MemOp> = (0..600u32).map(|i| MemOp::Write32 { addr: 0x1000 + 4 * u64::from(i), value: i, flags: 1 }).collect();
+        submit(&cuda, 0x77, &ops, false, false).unwrap();
+        let b = cuda.batches();
+        assert_eq!(b.iter().map(|x| x.1.len()).collect::<Vec<_>>(), vec![255, 255, 90]);
+        let values: Vec<u64> = b.iter().flat_map(|x| x.1.iter().map(|p| p.value64)).collect();
+        assert_eq!(values, (0..600u64).collect::<Vec<_>>());
+        assert!(b.iter().all(|x| x.0 == 0x77 && x.2 == 0));
+        assert_eq!(b[0].1[0], BatchMemOpParams { operation: 2, address: 0x1000, value64: 0, flags: 1, ..Default::default() });
+    }
+
+    #[test]
+    fn driver_errors_become_errnos() {
+        let cuda = FakeCuda::new();
+        let ops = [MemOp::Wait32 { addr: 0x10, value: 1, flags: 0 }];
+        cuda.fail_batch(0, 801);
+        assert_eq!(submit(&cuda, 1, &ops, false, false), Err(Errno::EPERM));
+        cuda.fail_batch(0, 1);
+        assert_eq!(submit(&cuda, 1, &ops, false, false), Err(Errno::EINVAL));
+        cuda.fail_batch(0, 700);
+        assert_eq!(submit(&cuda, 1, &ops, false, false), Err(Errno::EIO));
+    }
+
+    #[test]
+    fn stream_post_registers_host_memory_and_uses_the_streams_device() {
+        let cuda = FakeCuda::new();
+        cuda.stream_ctx(0x5000_0000, 0xc7, 1);
+        let env = Settings::default();
+        let (peers, mm, r) = (Peers::default(), MemMgr::default(), Ranges::default());
+        let word = Box::new(0u32);
+        let p = &*word as *const u32 as usize;
+        let d = [
+            Desc::WaitValue32 { ptr: p, value: 1, cond: GDS_WAIT_COND_GEQ, flags: GDS_MEMORY_HOST },
+            Desc::WriteValue32 { ptr: p, value: 2, flags: GDS_MEMORY_HOST },
+        ];
+        stream_post(&cuda, &env, &peers, &mm, &r, 0x5000_0000, &d).unwrap();
+        let b = cuda.batches();
+        assert_eq!(b.len(), 1);
+        assert_eq!(b[0].1[0].address, p as u64 + DEV_OFFSET);
+        assert_eq!(b[0].1[1].address, p as u64 + DEV_OFFSET);
+        assert_eq!(cuda.registered().len(), 1);
+        // Unknown stream: EINVAL before anything is submitted.
+        assert_eq!(stream_post(&cuda, &env, &peers, &mm, &r, 0x6000_0000, &d), Err(Errno::EINVAL));
+        assert_eq!(cuda.batches().len(), 1);
+        // Nothing to do: no driver call at all.
+        stream_post(&cuda, &env, &peers, &mm, &r, 0x6000_0000, &[]).unwrap();
+    }
+}

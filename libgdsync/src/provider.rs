@@ -1,0 +1,112 @@
+//! The verbs provider seam.
+//!
+//! The QP/CQ half of the API (gds_create_qp, gds_prepare_send, gds_prepare_wait_cq, ...) needs a
+//! provider that builds mlx5 WQEs itself on rdma-core (or proxies sends through a CPU thread) and
+//! describes the doorbell writes and CQE polls as peer operations. The C layer does everything
+//! around it exactly as upstream does (argument checks, request initialisation, `curr_offset`
+//! bookkeeping, CPU execution, rollback/abort on failure, stream submission); a provider only
+//! implements the verbs-specific steps below, registering the memory its ops touch with
+//! [`crate::ranges::ranges`] (and [`crate::memmgr::memmgr`] for GPU visibility).
+//!
+//! This issue ships only [`Unsupported`]: every verbs entry point fails with `ENOSYS` (what MOFED's
+//! peer-direct entry points return when the provider lacks an op) and an error line.
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+
+use gpudirect_common::{Errno, Result};
+
+use crate::abi::{GdsCq, GdsQp, SendRequest, WaitRequest};
+
+/// Raw C objects are passed through untouched; the C layer has checked what it can.
+pub trait Provider: Sync {
+    fn name(&self) -> &'static str;
+
+    /// Creates a QP with its two CQs for GPU `gpu_id`; `attr` is a `gds_qp_init_attr_t *` that the
+    /// provider may update (upstream writes back `send_cq`, `recv_cq`, `pd`, `cap`, ...).
+    ///
+    /// # Safety
+    /// `pd`, `context` and `attr` are non-NULL pointers from the application, valid for the call.
+    unsafe fn create_qp(&self, pd: *mut c_void, context: *mut c_void, attr: *mut c_void, gpu_id: i32, flags: i32)
+    -> Result<NonNull<GdsQp>>;
+
+    /// Destroys a QP from `create_qp` and everything it owns.
+    ///
+    /// # Safety
+    /// `qp` came from `create_qp` and is not used afterwards.
+    unsafe fn destroy_qp(&self, qp: NonNull<GdsQp>) -> Result<()>;
+
+    /// Posts receive work requests (`struct ibv_recv_wr *` list) on the CPU.
+    ///
+    /// # Safety
+    /// `qp` came from `create_qp`; `wr`/`bad_wr` are the application's pointers.
+    unsafe fn post_recv(&self, qp: NonNull<GdsQp>, wr: *mut c_void, bad_wr: *mut *mut c_void) -> Result<()>;
+
+    /// Writes the WQEs of `wr` (`gds_send_wr *` list) without ringing the doorbell and fills
+    /// `request` (already zeroed, `commit.entries` = capacity) with the ops that ring it for every
+    /// WQE posted since the previous commit; sets `commit.entries` and `commit.rollback_id`.
+    ///
+    /// # Safety
+    /// As `post_recv`.
+    unsafe fn prepare_send(&self, qp: NonNull<GdsQp>, wr: *mut c_void, bad_wr: *mut *mut c_void, request: &mut SendRequest)
+    -> Result<()>;
+
+    /// Forgets the WQEs of a prepared send whose execution failed (`rollback_id` from the commit).
+    ///
+    /// # Safety
+    /// `qp` came from `create_qp`.
+    unsafe fn rollback_send(&self, qp: NonNull<GdsQp>, rollback_id: u64) -> Result<()>;
+
+    /// Fills `request` (zeroed; `peek.entries`, `peek.whence`, `peek.offset` set) with the poll of
+    /// CQE number `peek.offset` and the release of the CPU-side block on it; sets `peek.peek_id`.
+    ///
+    /// # Safety
+    /// `cq` is one of the two CQs of a QP from `create_qp`.
+    unsafe fn prepare_wait(&self, cq: NonNull<GdsCq>, request: &mut WaitRequest) -> Result<()>;
+
+    /// Releases the CPU-side block of a prepared wait (`gds_post_wait_cq`, failure clean-up).
+    ///
+    /// # Safety
+    /// As `prepare_wait`.
+    unsafe fn abort_wait(&self, cq: NonNull<GdsCq>, peek_id: u64) -> Result<()>;
+}
+
+/// The provider of this release: verbs are not implemented yet.
+pub struct Unsupported;
+
+fn nosys(what: &str) -> Errno {
+    gds_err!(what, "QP/CQ (verbs) support is not implemented in this libgdsync yet: returning ENOSYS");
+    Errno::ENOSYS
+}
+
+impl Provider for Unsupported {
+    fn name(&self) -> &'static str {
+        "unsupported"
+    }
+    unsafe fn create_qp(&self, _: *mut c_void, _: *mut c_void, _: *mut c_void, _: i32, _: i32) -> Result<NonNull<GdsQp>> {
+        Err(nosys("gds_create_qp"))
+    }
+    unsafe fn destroy_qp(&self, _: NonNull<GdsQp>) -> Result<()> {
+        Err(nosys("gds_destroy_qp"))
+    }
+    unsafe fn post_recv(&self, _: NonNull<GdsQp>, _: *mut c_void, _: *mut *mut c_void) -> Result<()> {
+        Err(nosys("gds_post_recv"))
+    }
+    unsafe fn prepare_send(&self, _: NonNull<GdsQp>, _: *mut c_void, _: *mut *mut c_void, _: &mut SendRequest) -> Result<()> {
+        Err(nosys("gds_prepare_send"))
+    }
+    unsafe fn rollback_send(&self, _: NonNull<GdsQp>, _: u64) -> Result<()> {
+        Err(nosys("gds_rollback_send"))
+    }
+    unsafe fn prepare_wait(&self, _: NonNull<GdsCq>, _: &mut WaitRequest) -> Result<()> {
+        Err(nosys("gds_prepare_wait_cq"))
+    }
+    unsafe fn abort_wait(&self, _: NonNull<GdsCq>, _: u64) -> Result<()> {
+        Err(nosys("gds_post_wait_cq"))
+    }
+}
+
+/// The provider in use.
+pub fn provider() -> &'static dyn Provider {
+    &Unsupported
+}
