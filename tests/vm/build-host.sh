@@ -1,0 +1,47 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# Host-side build hook of the VM harness, run by scripts/vmtest from the repository root before
+# the VM boots (the guest sees the repository read-only and builds nothing itself).
+# Everything the suites need must be produced here. Other components append their steps below
+# the marked line; keep each step idempotent and fail loudly.
+#
+# Environment: REPO (repository root), KVER (guest kernel version), VMTEST_NO_CARGO=1 skips the
+# cargo build (for debugging kernel-only suites while the workspace does not build).
+set -euo pipefail
+
+REPO=${REPO:-$(cd "$(dirname "$0")/../.." && pwd)}
+cd "$REPO"
+STAGE=$REPO/target/vmstage
+mkdir -p "$STAGE/lib" "$STAGE/bin"
+
+step() { printf '[build-host] %s\n' "$*"; }
+
+# --- Rust workspace ------------------------------------------------------------------------
+if [ "${VMTEST_NO_CARGO:-0}" != 1 ]; then
+	step "cargo build --release --workspace"
+	cargo build --release --workspace
+else
+	step "cargo build skipped (VMTEST_NO_CARGO=1)"
+fi
+
+# --- staged libraries: what a real installation would put on the loader path ----------------
+# STAGE_LIB (exported to the suites) holds the sonames consumers load; they point at the
+# freshly built artifacts so a rebuild needs no restaging.
+stage_link() { # <target> <link names...>
+	local target=$1; shift
+	if [ ! -e "$target" ]; then
+		step "warning: $target not built; $* left dangling"
+	fi
+	for l in "$@"; do ln -sfn "$target" "$STAGE/lib/$l"; done
+}
+stage_link "$REPO/target/release/libcuda.so" libcuda.so.1 libcuda.so
+stage_link "$REPO/target/release/libgdrapi.so" libgdrapi.so.2 libgdrapi.so
+
+# --- gpusim tests ----------------------------------------------------------------------------
+step "gpusim_test"
+gcc -Wall -Wextra -Werror -O2 -g -pthread \
+	-I"$REPO/kmod/gpusim" -I"$REPO/kmod/gpusim/test" \
+	-o "$STAGE/bin/gpusim_test" "$REPO/tests/vm/gpusim/gpusim_test.c"
+
+# ---- other components: append steps below this line ---------------------------------------

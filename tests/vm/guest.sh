@@ -1,0 +1,153 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# Runs inside the test VM as root (started by scripts/vmtest through virtme-ng).
+#
+#   guest.sh [--out DIR] [--suite GLOB] [--keep-going] [--timeout SECS] [--setup-only]
+#
+# Loads gpusim and gdrdrv (if built), creates /dev/gdrdrv the way upstream's installer does, runs
+# tests/vm/suites/*.sh in order (each under a timeout), unloads the modules, scans the kernel log,
+# and prints exactly "VMTEST RESULT: PASS" only if everything passed.
+# --setup-only loads the modules and exports nothing else: for interactive debugging
+# (`source tests/vm/guest.sh --setup-only` inside `scripts/vmtest --shell`).
+set -u
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+OUT=
+SUITE_GLOB='*'
+KEEP_GOING=0
+SUITE_TIMEOUT=${SUITE_TIMEOUT:-900}
+SETUP_ONLY=0
+while [ $# -gt 0 ]; do
+	case $1 in
+	--out) OUT=$2; shift ;;
+	--suite) SUITE_GLOB=$2; shift ;;
+	--keep-going) KEEP_GOING=1 ;;
+	--timeout) SUITE_TIMEOUT=$2; shift ;;
+	--setup-only) SETUP_ONLY=1 ;;
+	*) echo "guest.sh: unknown argument $1"; exit 2 ;;
+	esac
+	shift
+done
+
+# What makes a kernel log fail the run.
+BAD_KLOG='BUG:|WARNING:|Oops|Call Trace|refcount_t|KASAN|general protection|kernel panic|list_(add|del) corruption|soft lockup|hung_task|blocked for more than'
+
+FAILED=()
+fail() { FAILED+=("$*"); echo "VMTEST FAIL: $*"; }
+log() { echo "[guest $(cut -d' ' -f1 /proc/uptime)s] $*"; }
+
+log "kernel $(uname -r), $(nproc) CPUs, guest booted in $(cut -d' ' -f1 /proc/uptime)s"
+dmesg -n 1 2>/dev/null   # keep kernel messages off the console; we print them at the end
+
+# --- modules -------------------------------------------------------------------------------
+GPUSIM_KO=$REPO/kmod/gpusim/gpusim.ko
+GDRDRV_KO=$REPO/kmod/gdrdrv/gdrdrv.ko
+GDRDRV_LOADED=0
+
+if ! insmod "$GPUSIM_KO" ${GPUSIM_PARAMS:-}; then
+	fail "insmod gpusim"
+elif [ ! -c /dev/gpusim ]; then
+	fail "/dev/gpusim did not appear"
+fi
+
+if [ -f "$GDRDRV_KO" ] && [ ${#FAILED[@]} -eq 0 ]; then
+	# upstream's defaults: no module parameters
+	if insmod "$GDRDRV_KO"; then
+		GDRDRV_LOADED=1
+		# as upstream's insmod.sh: dynamic major from /proc/devices, minor 0, world rw
+		major=$(awk '$2 == "gdrdrv" { print $1 }' /proc/devices)
+		if [ -z "$major" ]; then
+			fail "gdrdrv not in /proc/devices"
+		else
+			rm -f /dev/gdrdrv
+			mknod /dev/gdrdrv c "$major" 0
+			chmod a+rw /dev/gdrdrv
+			log "gdrdrv loaded, /dev/gdrdrv major $major"
+		fi
+	else
+		fail "insmod gdrdrv"
+	fi
+else
+	[ -f "$GDRDRV_KO" ] || log "gdrdrv.ko not built: gdrdrv not loaded"
+fi
+
+export REPO
+export STAGE_LIB=$REPO/target/vmstage/lib
+export STAGE_BIN=$REPO/target/vmstage/bin
+export VMTEST_OUT=${OUT:-/tmp/vmtest-out}
+export HAVE_GDRDRV=$GDRDRV_LOADED
+mkdir -p "$VMTEST_OUT"
+
+if [ "$SETUP_ONLY" = 1 ]; then
+	log "setup done: REPO=$REPO STAGE_LIB=$STAGE_LIB VMTEST_OUT=$VMTEST_OUT"
+	return 0 2>/dev/null || exit 0
+fi
+
+# --- suites --------------------------------------------------------------------------------
+klog_mark() { dmesg | wc -l; }
+klog_since() { dmesg | tail -n +"$(($1 + 1))"; }
+
+RAN=0
+if [ ${#FAILED[@]} -eq 0 ]; then
+	shopt -s nullglob
+	for suite in "$REPO"/tests/vm/suites/*.sh; do
+		name=$(basename "$suite" .sh)
+		# shellcheck disable=SC2254
+		case $name in $SUITE_GLOB) ;; *) continue ;; esac
+		RAN=$((RAN + 1))
+		log "SUITE START $name"
+		mark=$(klog_mark)
+		t0=$(date +%s)
+		timeout -k 10 "$SUITE_TIMEOUT" bash "$suite" 2>&1 | tee "$VMTEST_OUT/$name.log"
+		rc=${PIPESTATUS[0]}
+		dt=$(($(date +%s) - t0))
+		bad=$(klog_since "$mark" | grep -E "$BAD_KLOG")
+		if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+			echo "SUITE FAIL $name (timed out after ${SUITE_TIMEOUT}s)"
+			FAILED+=("$name: timeout")
+		elif [ "$rc" != 0 ]; then
+			echo "SUITE FAIL $name (exit $rc, ${dt}s)"
+			FAILED+=("$name: exit $rc")
+		elif [ -n "$bad" ]; then
+			echo "SUITE FAIL $name (kernel log: $(echo "$bad" | head -n1))"
+			FAILED+=("$name: kernel log")
+		else
+			echo "SUITE PASS $name (${dt}s)"
+		fi
+		if [ ${#FAILED[@]} -ne 0 ] && [ "$KEEP_GOING" = 0 ]; then
+			log "stopping after the first failure (use --keep-going to run the rest)"
+			break
+		fi
+	done
+	[ "$RAN" -gt 0 ] || fail "no suite matched '$SUITE_GLOB'"
+fi
+
+# --- unload: must succeed, i.e. nothing may still hold the modules ------------------------
+for m in p2ptest gdrdrv; do
+	if grep -q "^$m " /proc/modules; then
+		rmmod "$m" || fail "rmmod $m"
+	fi
+done
+if grep -q '^gpusim ' /proc/modules; then
+	rmmod gpusim || fail "rmmod gpusim"
+fi
+
+# --- kernel log ----------------------------------------------------------------------------
+dmesg > "$VMTEST_OUT/dmesg.log" 2>&1
+if grep -qE "$BAD_KLOG" "$VMTEST_OUT/dmesg.log"; then
+	fail "kernel log contains warnings/oopses:"
+	grep -nE -A3 "$BAD_KLOG" "$VMTEST_OUT/dmesg.log" | head -n 80
+fi
+echo "----- guest dmesg (tail) -----"
+tail -n 40 "$VMTEST_OUT/dmesg.log"
+echo "------------------------------"
+
+if [ ${#FAILED[@]} -eq 0 ]; then
+	echo PASS > "$VMTEST_OUT/result"
+	echo "VMTEST RESULT: PASS"
+else
+	printf '%s\n' "${FAILED[@]}" > "$VMTEST_OUT/result"
+	echo "VMTEST RESULT: FAIL (${FAILED[*]})"
+fi
+sync
