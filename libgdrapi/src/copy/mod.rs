@@ -238,6 +238,7 @@ pub(crate) fn plan_wc(dev_addr: usize, len: usize, mut seg: impl FnMut(Op, usize
 /// # Safety
 /// `dst` valid for `len` bytes of writes, `src` for `len` reads, no overlap; the slots satisfy
 /// the [`Engine`] contract for the width their step uses (`select.rs` guarantees it).
+#[inline(always)]
 unsafe fn run_plan(
     slots: &select::Slots,
     helper: KernelFn,
