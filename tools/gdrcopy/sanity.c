@@ -1509,6 +1509,7 @@ int main(int argc, char **argv)
     if (counts[ST_FAILED]) {
         ret = 1;
     }
+    fflush(stdout);
     if (ret) {
         fprintf(stderr, "Error: Encountered an error or a test failure with status=%d\n", ret);
     }

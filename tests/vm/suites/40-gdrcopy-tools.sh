@@ -1,0 +1,152 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# Suite: gdrcopy's test programs (tools/gdrcopy) against our libgdrapi, gdrdrv + gpusim and
+# cudasim as libcuda. Runs inside the VM as root (tests/vm/guest.sh) with REPO, STAGE_LIB
+# (libcuda.so.1 -> cudasim, libgdrapi.so.2 -> our library) and STAGE_BIN.
+#
+# Passes:
+#   1. gdrdrv with default parameters (persistent pins): gdrcopy_sanity (all cases, and -e),
+#      copybw / copylat / apiperf with small sizes, both allocators, and their argument errors;
+#   2. gdrdrv reloaded with use_persistent_mapping=0 dbg_enabled=1: gdrcopy_sanity -e again
+#      (free-callback invalidation, and the extended leakage case, which needs the debug
+#      refcount file);
+#   3. the dma-buf mmap backend (cudasim in host-memory mode exporting memfd dma-bufs):
+#      gdrcopy_sanity and copybw with GDRCOPY_USE_DMABUF_MMAP=1.
+# gdrdrv is left loaded with default parameters, even when a pass fails.
+# Any failed sanity case, data mismatch or unexpected exit status fails the suite.
+set -uo pipefail
+
+SRC=$REPO/tools/gdrcopy
+KO=$REPO/kmod/gdrdrv/gdrdrv.ko
+LOAD=$REPO/kmod/gdrdrv/gdrdrv-load
+FAILS=()
+
+step() { echo "--- gdrcopy-tools: $*"; }
+die() { echo "gdrcopy-tools suite FAIL: $*"; exit 1; }
+bad() { FAILS+=("$*"); echo "gdrcopy-tools: FAIL: $*"; }
+
+[ -c /dev/gdrdrv ] || die "/dev/gdrdrv missing: gdrdrv not loaded"
+[ -e "$STAGE_LIB/libcuda.so.1" ] && [ -e "$STAGE_LIB/libgdrapi.so.2" ] ||
+	die "STAGE_LIB ($STAGE_LIB) lacks libcuda.so.1 or libgdrapi.so.2"
+
+WORK=$(mktemp -d /tmp/gdrcopy-tools.XXXXXX)
+restore() {
+	local rc=$?
+	if ! grep -q 'persistent mapping: yes' /proc/driver/gdrdrv/params 2>/dev/null || ! [ -c /dev/gdrdrv ]; then
+		"$LOAD" "$KO" >/dev/null || { echo "gdrcopy-tools suite FAIL: cannot reload gdrdrv"; rc=1; }
+	fi
+	rm -rf "$WORK"
+	exit "$rc"
+}
+trap restore EXIT
+
+# --- binaries: built on the host by tests/vm/build-host.sh, else here from the sources --------
+if [ -x "${STAGE_BIN:-/nonexistent}/gdrcopy_sanity" ]; then
+	BIN=$STAGE_BIN
+	step "using the host-built tools in $BIN"
+else
+	step "tools not staged: building them in $WORK"
+	command -v make >/dev/null && command -v gcc >/dev/null || die "no make/gcc in the guest"
+	[ -f "$REPO/.deps/cuda/include/cuda.h" ] ||
+		die "cuda.h missing: run scripts/fetch-cuda-headers on the host (the guest has no network)"
+	cp "$SRC"/*.c "$SRC"/*.h "$SRC"/Makefile "$WORK"/
+	make -s -C "$WORK" TOP="$REPO" CUDA_INCLUDE_DIR="$REPO/.deps/cuda/include" \
+		gdrcopy_sanity gdrcopy_copybw gdrcopy_copylat gdrcopy_apiperf || die "cannot build the tools"
+	BIN=$WORK
+fi
+
+export LD_LIBRARY_PATH=$STAGE_LIB
+# The programs must load our libraries, not some other installation.
+for lib in libgdrapi.so.2 libcuda.so.1; do
+	got=$(ldd "$BIN/gdrcopy_sanity" | awk -v l="$lib" '$1 == l { print $3 }')
+	[ "$(readlink -f "$got")" = "$(readlink -f "$STAGE_LIB/$lib")" ] ||
+		die "gdrcopy_sanity loads $lib from '$got', not from $STAGE_LIB"
+done
+
+# run <expected exit> <label> <command...>: runs with output in the log, checks the status.
+run() {
+	local want=$1 label=$2; shift 2
+	local out=$WORK/out.txt rc
+	echo "+ $*"
+	timeout -k 5 600 "$@" >"$out" 2>&1
+	rc=$?
+	cat "$out"
+	if [ "$rc" != "$want" ]; then
+		bad "$label: exit $rc, expected $want"
+		return 1
+	fi
+	return 0
+}
+
+# sanity <label> [options]: all cases must pass or be waived; prints the per-case statuses.
+# SANITY_ENV: extra VAR=value words for its environment.
+SANITY_ENV=
+sanity() {
+	local label=$1; shift
+	local out=$WORK/sanity-$label.txt rc
+	echo "+ gdrcopy_sanity -v $*"
+	# shellcheck disable=SC2086
+	env GDRCOPY_SANITY_TIMEOUT=240 $SANITY_ENV timeout -k 5 850 "$BIN/gdrcopy_sanity" -v "$@" >"$out" 2>&1
+	rc=$?
+	grep -v '^DBG:' "$out"
+	echo "[$label] per-case status:"
+	grep -E '^&&&& (PASSED|FAILED|WAIVED) ' "$out" | sed "s/^&&&& /[$label]   /"
+	[ "$rc" = 0 ] || bad "sanity $label: exit $rc"
+	grep -qE '^[0-9]+ passed, 0 failed$' "$out" || bad "sanity $label: no '<n> passed, 0 failed' summary"
+	grep -q '^&&&& FAILED' "$out" && bad "sanity $label: failed cases: $(grep '^&&&& FAILED' "$out" | cut -d' ' -f3 | tr '\n' ' ')"
+	return 0
+}
+
+# --- pass 1: defaults ---------------------------------------------------------------------------
+step "pass 1: gdrdrv defaults ($(grep 'persistent' /proc/driver/gdrdrv/params))"
+run 0 "sanity -h" "$BIN/gdrcopy_sanity" -h
+run 0 "sanity -l" "$BIN/gdrcopy_sanity" -l
+n=$("$BIN/gdrcopy_sanity" -l | grep -c '^    ')
+[ "$n" = 37 ] || bad "sanity -l lists $n cases, expected 36 + 1 extended"
+run 1 "sanity unknown test" "$BIN/gdrcopy_sanity" -t no_such_test
+run 1 "sanity bad option" "$BIN/gdrcopy_sanity" -x
+sanity default-e -e
+
+run 0 "copybw" "$BIN/gdrcopy_copybw" -s 262144 -w 50 -r 20
+grep -q '^write BW: ' "$WORK/out.txt" && grep -q '^read BW: ' "$WORK/out.txt" || bad "copybw output lacks BW lines"
+grep -q '^GPU id:0; name: .*; Bus id: [0-9a-f]\{4\}:[0-9a-f]\{2\}:[0-9a-f]\{2\}$' "$WORK/out.txt" ||
+	bad "copybw output lacks the GPU id line"
+run 0 "copybw -l offset" "$BIN/gdrcopy_copybw" -l -s 131072 -c 65536 -o 12 -w 5 -r 5
+run 0 "copybw cuMemCreate wc" "$BIN/gdrcopy_copybw" -a cuMemCreate -M wc -s 196608 -c 65540 -o 4 -w 10 -r 10
+run 1 "copybw odd offset" "$BIN/gdrcopy_copybw" -o 3 -s 65536
+run 1 "copybw offset past the end" "$BIN/gdrcopy_copybw" -o 65536 -s 65536
+run 1 "copybw bad allocator" "$BIN/gdrcopy_copybw" -a malloc
+run 0 "copylat" "$BIN/gdrcopy_copylat" -s 131072 -w 200 -r 100
+grep -q '^gdr_copy_from_mapping' "$WORK/out.txt" || bad "copylat output lacks the read table"
+run 0 "copylat -c cuMemCreate" "$BIN/gdrcopy_copylat" -c -a cuMemCreate -s 65536 -w 150 -r 10
+run 1 "copylat cold cache on WC" "$BIN/gdrcopy_copylat" -C -s 65536 -w 10 -r 10
+run 0 "apiperf" "$BIN/gdrcopy_apiperf" -s 262144 -n 10 -w 2
+grep -q '^Histogram of gdr_pin_buffer latency for 262144 bytes' "$WORK/out.txt" || bad "apiperf output lacks the histogram"
+run 0 "apiperf cuMemCreate" "$BIN/gdrcopy_apiperf" -a cuMemCreate -s 131072 -n 5 -w 1
+
+# --- pass 2: non-persistent pins, debug refcount -------------------------------------------------
+step "pass 2: gdrdrv use_persistent_mapping=0 dbg_enabled=1"
+if "$LOAD" "$KO" use_persistent_mapping=0 dbg_enabled=1 >/dev/null; then
+	sanity nonpersistent-e -e
+	run 0 "copybw (non-persistent)" "$BIN/gdrcopy_copybw" -s 131072 -w 20 -r 10
+	refc=$(cat /proc/driver/gdrdrv/nv_get_pages_refcount 2>/dev/null)
+	[ "$refc" = 0 ] || bad "nv_get_pages_refcount is '$refc' after the tools, expected 0"
+else
+	bad "cannot reload gdrdrv with use_persistent_mapping=0 dbg_enabled=1"
+fi
+"$LOAD" "$KO" >/dev/null || bad "cannot reload gdrdrv with defaults"
+
+# --- pass 3: dma-buf mmap backend -----------------------------------------------------------------
+step "pass 3: dma-buf mmap backend (cudasim host memory, CUDASIM_DMABUF=1)"
+DMABUF_ENV="CUDASIM_BACKEND=host CUDASIM_DMABUF=1 CUDASIM_DRIVER_VERSION=13030 GDRCOPY_USE_DMABUF_MMAP=1"
+SANITY_ENV=$DMABUF_ENV sanity dmabuf
+# shellcheck disable=SC2086
+run 0 "copybw (dma-buf)" env $DMABUF_ENV "$BIN/gdrcopy_copybw" -s 131072 -w 20 -r 10
+grep -q '^info.page_size: 4096$' "$WORK/out.txt" || bad "copybw (dma-buf): not on the dma-buf backend (page size)"
+
+if [ ${#FAILS[@]} -ne 0 ]; then
+	printf 'gdrcopy-tools: %s\n' "${FAILS[@]}"
+	die "${#FAILS[@]} check(s) failed"
+fi
+echo "gdrcopy-tools suite: all passes OK"
