@@ -27,8 +27,8 @@ macro_rules! ffi {
             libc::EIO,
             |m| gds_err!($name, "internal error (panic): {m}"),
             || -> c_int {
-                let r: Result<()> = (|| $body)();
-                match r {
+                let body = || -> Result<()> { $body };
+                match body() {
                     Ok(()) => 0,
                     Err(e) => e.0,
                 }
@@ -59,10 +59,14 @@ fn parse_ops(origin: &str, wr: &[PeerOpWr], entries: u32) -> Result<Vec<PeerOp>>
 }
 
 fn parse_op(origin: &str, op: &PeerOpWr) -> Result<PeerOp> {
-    // SAFETY (union reads below): every variant is plain integers/pointers, so any bit pattern is
-    // a valid value; the op type says which one the provider wrote.
+    // Union reads below: every variant is plain integers/pointers, so any bit pattern is a valid
+    // value; the op type says which one the provider wrote.
     Ok(match op.type_ {
-        IBV_EXP_PEER_OP_FENCE => PeerOp::Fence { flags: unsafe { op.wr.fence_flags } },
+        IBV_EXP_PEER_OP_FENCE => {
+            // SAFETY: see above.
+            let flags = unsafe { op.wr.fence_flags };
+            PeerOp::Fence { flags }
+        }
         IBV_EXP_PEER_OP_STORE_DWORD => {
             // SAFETY: see above.
             let d = unsafe { op.wr.dword_va };
@@ -97,7 +101,7 @@ fn parse_op(origin: &str, op: &PeerOpWr) -> Result<PeerOp> {
 /// `d` is a descriptor from the application; its `send`/`wait` pointer, if that is the tag, must
 /// point to a live request.
 unsafe fn parse_desc(origin: &str, d: &Descriptor) -> Result<Desc> {
-    // SAFETY (union reads): the tag selects the member; all members are plain data.
+    // Union reads: the tag selects the member; all members are plain data.
     Ok(match d.tag {
         GDS_TAG_SEND => {
             // SAFETY: see above.
@@ -837,7 +841,7 @@ unsafe fn poll_descs(
     cond_flags: *const u32,
     poll_flags: *const c_int,
 ) -> Result<Vec<Desc>> {
-    // SAFETY (all four): forwarded contract.
+    // SAFETY: forwarded contract (all four arrays).
     let (p, m, c, f) = unsafe {
         (
             arr(origin, ptrs, n_polls)?,

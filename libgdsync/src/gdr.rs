@@ -57,8 +57,9 @@ impl Gdr {
     fn open() -> Result<Gdr, String> {
         let lib = Library::open("libgdrapi.so.2")?;
         let sym = |n: &std::ffi::CStr| lib.symbol(n).ok_or_else(|| format!("libgdrapi.so.2 lacks {}", n.to_string_lossy()));
-        // SAFETY (all as_fn below): gdrcopy 2.x exports these symbols with exactly these
-        // prototypes (gdrapi.h 2.x; gdr_mh_t is a one-`unsigned long` struct passed by value).
+        // All as_fn below: gdrcopy 2.x exports these symbols with exactly these prototypes
+        // (gdrapi.h 2.x; gdr_mh_t is a one-`unsigned long` struct passed by value).
+        // SAFETY: see above.
         let version = unsafe { as_fn::<FnVersion>(sym(c"gdr_runtime_get_version")?) };
         let (mut major, mut minor) = (0, 0);
         // SAFETY: two valid out pointers.

@@ -71,6 +71,15 @@ impl MemMgr {
             gds_err!(F, "range {ptr:#x}+{size} wraps around");
             return Err(Errno::EINVAL);
         };
+        let flags = match mem_type {
+            GDS_MEMORY_GPU => 0,
+            GDS_MEMORY_HOST => CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE,
+            GDS_MEMORY_IO => CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_IOMEMORY,
+            t => {
+                gds_err!(F, "invalid memory type {t:#x}");
+                return Err(Errno::EINVAL);
+            }
+        };
         let mut map = self.lock();
         match lookup_in(&map, ptr, end) {
             Lookup::Contained(d) => return Ok(d),
@@ -80,15 +89,9 @@ impl MemMgr {
             }
             Lookup::NotFound => {}
         }
-        let flags = match mem_type {
-            GDS_MEMORY_GPU => return Ok(ptr as u64),
-            GDS_MEMORY_HOST => CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE,
-            GDS_MEMORY_IO => CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_IOMEMORY,
-            t => {
-                gds_err!(F, "invalid memory type {t:#x}");
-                return Err(Errno::EINVAL);
-            }
-        };
+        if mem_type == GDS_MEMORY_GPU {
+            return Ok(ptr as u64);
+        }
         let page = ptr & !(HOST_PAGE - 1);
         let Some(len) = (end - page + 1).checked_next_multiple_of(HOST_PAGE) else {
             return Err(Errno::EINVAL);
@@ -135,7 +138,7 @@ impl MemMgr {
     }
 
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub fn entries(&self) -> usize {
         self.lock().len()
     }
 }
@@ -188,7 +191,7 @@ mod tests {
         assert_eq!(m.map_mem(&cuda, 0x5000, 4, GDS_MEMORY_HOST), Err(Errno::EAGAIN));
         cuda.set_register_result(Some(999));
         assert_eq!(m.map_mem(&cuda, 0x5000, 4, GDS_MEMORY_HOST), Err(Errno::EINVAL));
-        assert_eq!(m.len(), 0, "failures cache nothing");
+        assert_eq!(m.entries(), 0, "failures cache nothing");
         cuda.set_register_result(Some(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED));
         assert!(m.map_mem(&cuda, 0x5000, 4, GDS_MEMORY_HOST).is_ok());
         // Not ours: releasing it must not unregister.
