@@ -424,3 +424,24 @@ fn child_fork() {
         assert_eq!(cu.f::<FnFree>(c"cuMemFree")(p), SUCCESS, "the parent is unaffected");
     }
 }
+
+/// Run by tests/vm/suites/15-cudasim.sh only: device pointers are gpusim GPU VAs.
+#[test]
+fn child_gpusim_va() {
+    if !is_child("child_gpusim_va") {
+        return;
+    }
+    let cu = Cuda::load();
+    cu.up();
+    // SAFETY: signatures as in cuda.h.
+    unsafe {
+        let mut p = 0u64;
+        assert_eq!(cu.f::<FnAlloc>(c"cuMemAlloc")(&mut p, 1 << 20), SUCCESS);
+        const BASE: u64 = 0x2000_0000_0000; // GPUSIM_VA_BASE
+        assert!((BASE..BASE + (1 << 40)).contains(&p), "device pointer {p:#x}");
+        assert_eq!(cu.f::<FnMemset>(c"cuMemsetD8")(p, 0x3c, 1 << 20), SUCCESS);
+        assert_eq!(*((p + 12345) as *const u8), 0x3c, "the simulator's view is the allocation");
+        assert_eq!(cu.f::<FnFree>(c"cuMemFree")(p), SUCCESS);
+    }
+    println!("gpusim va ok");
+}

@@ -1,0 +1,36 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# Host-side staging of cudasim's test binaries for the VM suite tests/vm/suites/15-cudasim.sh
+# (the guest sees the repository read-only and builds nothing). Meant to be called from
+# tests/vm/build-host.sh; safe to run by hand:
+#
+#   bash sim/cudasim/vm-stage.sh        # -> target/vmstage/bin/cudasim/{unit,dlopen}
+set -euo pipefail
+
+REPO=${REPO:-$(cd "$(dirname "$0")/../.." && pwd)}
+cd "$REPO"
+DEST=$REPO/target/vmstage/bin/cudasim
+mkdir -p "$DEST"
+
+# The test executables' names carry a hash: take them from cargo's JSON messages.
+exes=$(cargo test --release -p cudasim --no-run --message-format=json 2>/dev/null |
+	python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m.get("profile", {}).get("test"):
+        print(m["target"]["name"] + " " + m["executable"])
+')
+[ -n "$exes" ] || { echo "vm-stage: cargo test --no-run produced no test executables" >&2; exit 1; }
+while read -r name exe; do
+	case $name in
+	cuda) cp -f "$exe" "$DEST/unit" ;;
+	dlopen) cp -f "$exe" "$DEST/dlopen" ;;
+	esac
+done <<< "$exes"
+[ -x "$DEST/unit" ] && [ -x "$DEST/dlopen" ] || { echo "vm-stage: unit/dlopen test binaries missing" >&2; exit 1; }
+echo "[cudasim vm-stage] staged $(ls "$DEST" | tr '\n' ' ')in $DEST"

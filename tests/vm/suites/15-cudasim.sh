@@ -1,0 +1,47 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# Suite: cudasim (our libcuda.so.1 stand-in) on the simulated GPU: its unit tests and its dlopen
+# tests run with device memory from /dev/gpusim (allocations mapped at their GPU VA), then the
+# staged libcuda.so.1 is checked to leave no gpusim memory behind.
+# Runs inside the VM as root with gpusim loaded (tests/vm/guest.sh). The test binaries are
+# staged by sim/cudasim/vm-stage.sh on the host.
+set -euo pipefail
+
+BIN=$REPO/target/vmstage/bin/cudasim
+STATS=/sys/kernel/debug/gpusim/stats
+
+[ -e /dev/gpusim ] || { echo "not ok - /dev/gpusim missing: gpusim not loaded"; exit 1; }
+for t in unit dlopen; do
+	[ -x "$BIN/$t" ] || { echo "not ok - missing $BIN/$t (run sim/cudasim/vm-stage.sh on the host; tests/vm/build-host.sh should call it)"; exit 1; }
+done
+[ -e "$STAGE_LIB/libcuda.so.1" ] || { echo "not ok - missing $STAGE_LIB/libcuda.so.1"; exit 1; }
+
+stat_of() { [ -r "$STATS" ] && awk -v k="$1:" '$1 == k { print $2 }' "$STATS"; }
+free_before=$(stat_of free_pages || true)
+
+export CUDASIM_BACKEND=gpusim   # fail instead of silently falling back to host memory
+export CUDASIM_WAIT_TIMEOUT_MS=60000   # a lost wakeup fails the run instead of hanging it
+
+echo "# cudasim unit tests on /dev/gpusim"
+"$BIN/unit" --test-threads=2
+echo "ok - cudasim unit tests (gpusim backend)"
+
+echo "# cudasim dlopen tests against the staged $STAGE_LIB/libcuda.so.1"
+CUDASIM_LIB=$STAGE_LIB/libcuda.so.1 "$BIN/dlopen" --test-threads=2
+echo "ok - cudasim dlopen tests (gpusim backend)"
+
+# Device pointers must really be gpusim GPU VAs (GPUSIM_VA_BASE = 32 TiB), which is what
+# gdrdrv pins through nvidia_p2p_get_pages.
+CUDASIM_LIB=$STAGE_LIB/libcuda.so.1 CUDASIM_CHILD=child_gpusim_va "$BIN/dlopen" --exact child_gpusim_va --nocapture |
+	grep -q "gpusim va ok" || { echo "not ok - device pointer is not a gpusim VA"; exit 1; }
+echo "ok - cuMemAlloc returns gpusim GPU VAs"
+
+free_after=$(stat_of free_pages || true)
+if [ -n "$free_before" ] && [ -n "$free_after" ]; then
+	[ "$free_after" = "$free_before" ] ||
+		{ echo "not ok - gpusim free pages $free_before before, $free_after after"; exit 1; }
+	echo "ok - no gpusim memory left behind ($free_after pages free)"
+else
+	echo "# skipped leak check: $STATS not readable"
+fi
