@@ -81,6 +81,7 @@ mkdir -p "$VMTEST_OUT"
 
 if [ "$SETUP_ONLY" = 1 ]; then
 	log "setup done: REPO=$REPO STAGE_LIB=$STAGE_LIB VMTEST_OUT=$VMTEST_OUT"
+	set +u
 	return 0 2>/dev/null || exit 0
 fi
 
