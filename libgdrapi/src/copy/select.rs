@@ -4,7 +4,7 @@
 //! `w16` for one 16-byte step, `w32` for one 32-byte step, and `line` for the bulk of whole,
 //! 64-byte aligned lines. Any kernel whose width divides the slot's size can fill a slot.
 //!
-//! Choices on x86-64 follow the write-combining rules first (every device store non-temporal or
+//! Choices on x86-64 follow the write-combining rules first (SIMD device stores non-temporal or
 //! direct, whole 64-byte lines stored back to back, no read for ownership, streaming loads for
 //! reads, one fence per call) and, among the kernels that follow them, take the cheapest measured
 //! one (`docs/copy-engines.md` has the table; the machine there maps write-combined host memory as
@@ -13,10 +13,10 @@
 //!   line filled back to back by NT stores leaves the core as one 64-byte WC-buffer flush.
 //!   MOVDIR64B and zmm VMOVNTDQ are implemented and benchmarked but not selected:
 //!   - MOVDIR64B adds a guarantee `gdr_copy_to_mapping` does not promise (each 64-byte write
-//!     is never torn, even if an interrupt lands mid-line), and on a Sapphire Rapids class Xeon
-//!     it costs as much as VMOVNTDQ up to 8 KiB and 20-40% more from 16 KiB to 8 MiB. Device
-//!     stores are bus-bound at roughly the same rates (10-25 GB/s over PCIe), so that cost would
-//!     show. Upstream 2.6 picks it when present.
+//!     is never torn, even if an interrupt lands mid-line), and on a Sapphire/Emerald Rapids
+//!     class Xeon it cost the same as VMOVNTDQ up to 8 KiB but gave 10-45% less throughput from
+//!     16 KiB to 4 MiB. Device writes are bus-bound at a similar order of magnitude (upstream's
+//!     V100 figure is 9.6 GB/s), so that cost would show. Upstream 2.6 picks it when present.
 //!   - zmm VMOVNTDQ measures the same as VMOVNTDQ ymm, so 512-bit registers buy nothing, while
 //!     on Skylake-SP/Cascade Lake Xeons they can drop the core to a lower frequency licence for
 //!     a while after use: a cost that a library called for small copies by latency-sensitive
