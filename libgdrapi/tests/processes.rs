@@ -1,0 +1,190 @@
+//! fork(), many processes and many threads against /dev/gdrdrv (spec §3.12, §1.4 thread safety).
+//!
+//! gdrdrv files belong to the opening process: a fork child that uses the parent's gdr_t gets
+//! EACCES from the kernel for every call, and does not inherit the parent's mappings (VM_DONTCOPY:
+//! access raises SIGSEGV). Run with --test-threads=1 (forks copy only the calling thread).
+
+mod common;
+
+use common::*;
+use gdrapi::abi::*;
+
+const EACCES: i32 = libc::EACCES;
+
+#[test]
+fn fork_child_cannot_use_parent_handles() {
+    if !devices("fork_child_cannot_use_parent_handles") {
+        return;
+    }
+    let sim = GpuSim::open();
+    let mem = sim.alloc(2 * GPU_PAGE);
+    let g = open();
+    let h = pin(g, mem.va, GPU_PAGE).unwrap();
+    let h2 = pin(g, mem.va + GPU_PAGE as u64, GPU_PAGE).unwrap();
+    let va = map(g, h, GPU_PAGE, 0).unwrap();
+    assert_eq!(copy_to(h, va, b"parent data"), 0);
+
+    let exit = in_child(|| {
+        // The library's records were copied by fork; the kernel refuses the other process.
+        assert_eq!(info(g, h).err(), Some(EACCES), "get_info");
+        assert_eq!(callback_flag(g, h2), Err(EACCES), "get_callback_flag");
+        assert_eq!(map(g, h2, GPU_PAGE, 0).err(), Some(EACCES), "map of the parent's pin");
+        assert_eq!(pin(g, mem.va, GPU_PAGE).err(), Some(EACCES), "pin through the parent's gdr_t");
+        assert_eq!(attribute(g, GDR_ATTR_USE_PERSISTENT_MAPPING), Err(EACCES), "get_attribute");
+        let (mut ma, mut mi) = (0, 0);
+        assert_eq!(capi::gdr_driver_get_version(g, &mut ma, &mut mi), EACCES, "driver version");
+        assert_eq!(capi::gdr_unpin_buffer(g, h2), EACCES, "unpin of the parent's pin");
+        0
+    });
+    assert_eq!(exit, Exit::Code(0), "child checks (101 = a failed assertion, printed above)");
+
+    // The mapping is not inherited: the child faults on the address.
+    let exit = in_child(|| i32::from(touch(va)));
+    assert_eq!(exit, Exit::Signal(libc::SIGSEGV), "child access to the parent's mapping");
+
+    // The parent is unaffected, including the handle the child tried to unpin.
+    let mut back = [0u8; 11];
+    assert_eq!(copy_from(h, &mut back, va), 0);
+    assert_eq!(&back, b"parent data");
+    assert_eq!(callback_flag(g, h2), Ok(0));
+    assert_eq!(capi::gdr_unmap(g, h, va.cast(), GPU_PAGE), 0);
+    assert_eq!(capi::gdr_unpin_buffer(g, h), 0);
+    assert_eq!(capi::gdr_unpin_buffer(g, h2), 0);
+    assert_eq!(capi::gdr_close(g), 0);
+}
+
+#[test]
+fn fork_child_with_its_own_instance_works() {
+    if !devices("fork_child_with_its_own_instance_works") {
+        return;
+    }
+    let parent_g = open();
+    let exit = in_child(|| {
+        let sim = GpuSim::open();
+        let mem = sim.alloc(GPU_PAGE);
+        let g = open();
+        let h = pin(g, mem.va, GPU_PAGE).unwrap();
+        let va = map(g, h, GPU_PAGE, 0).unwrap();
+        assert_eq!(copy_to(h, va, b"child"), 0);
+        assert_eq!(mem.read(0, 5), b"child");
+        assert_eq!(capi::gdr_close(g), 0);
+        0
+    });
+    assert_eq!(exit, Exit::Code(0));
+    assert_eq!(capi::gdr_close(parent_g), 0);
+}
+
+/// One process's pin/map/copy/unmap/unpin cycle, checked against the GPU view; returns 0.
+fn churn(seed: u64, rounds: usize) -> i32 {
+    let sim = GpuSim::open();
+    let g = open();
+    let mut rng = Rng::new(seed);
+    for round in 0..rounds {
+        let pages = 1 + rng.below(4);
+        let mem = sim.alloc(pages * GPU_PAGE);
+        let h = pin(g, mem.va, pages * GPU_PAGE).unwrap();
+        let va = map(g, h, pages * GPU_PAGE, 0).unwrap();
+        let n = 1 + rng.below(pages * GPU_PAGE);
+        let data = rng.bytes(n);
+        assert_eq!(copy_to(h, va, &data), 0);
+        assert_eq!(mem.read(0, n), data, "seed {seed} round {round}");
+        let mut back = vec![0u8; n];
+        assert_eq!(copy_from(h, &mut back, va), 0);
+        assert_eq!(back, data);
+        assert_eq!(capi::gdr_unmap(g, h, va.cast(), pages * GPU_PAGE), 0);
+        assert_eq!(capi::gdr_unpin_buffer(g, h), 0);
+    }
+    assert_eq!(capi::gdr_close(g), 0);
+    0
+}
+
+#[test]
+fn many_processes_at_once() {
+    if !devices("many_processes_at_once") {
+        return;
+    }
+    let pids: Vec<_> = (0..6).map(|i| spawn_child(move || churn(100 + i, 25))).collect();
+    for (i, pid) in pids.into_iter().enumerate() {
+        assert_eq!(wait(pid), Exit::Code(0), "process {i}");
+    }
+}
+
+#[test]
+fn many_threads_one_instance() {
+    if !devices("many_threads_one_instance") {
+        return;
+    }
+    let sim = GpuSim::open();
+    let g = open() as usize; // gdr_t values cross threads as integers
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let sim = &sim;
+            s.spawn(move || {
+                let g = g as GdrT;
+                let mut rng = Rng::new(7 + t);
+                for round in 0..25 {
+                    let mem = sim.alloc(2 * GPU_PAGE);
+                    let h = pin(g, mem.va, 2 * GPU_PAGE).unwrap();
+                    let va = map(g, h, 2 * GPU_PAGE, 0).unwrap();
+                    let n = 1 + rng.below(2 * GPU_PAGE);
+                    let data = rng.bytes(n);
+                    assert_eq!(copy_to(h, va, &data), 0);
+                    assert_eq!(mem.read(0, n), data, "thread {t} round {round}");
+                    assert_eq!(capi::gdr_unmap(g, h, va.cast(), 2 * GPU_PAGE), 0);
+                    assert_eq!(capi::gdr_unpin_buffer(g, h), 0);
+                }
+            });
+        }
+    });
+    // One shared mapping, disjoint slices copied from several threads at once.
+    let mem = sim.alloc(8 * GPU_PAGE);
+    let h = pin(g as GdrT, mem.va, 8 * GPU_PAGE).unwrap();
+    let va = map(g as GdrT, h, 8 * GPU_PAGE, 0).unwrap() as usize;
+    std::thread::scope(|s| {
+        for t in 0..8usize {
+            s.spawn(move || {
+                let data = vec![t as u8 + 1; GPU_PAGE];
+                for _ in 0..20 {
+                    assert_eq!(copy_to(h, (va + t * GPU_PAGE) as *mut u8, &data), 0);
+                    let mut back = vec![0u8; GPU_PAGE];
+                    assert_eq!(copy_from(h, &mut back, (va + t * GPU_PAGE) as *const u8), 0);
+                    assert_eq!(back, data);
+                }
+            });
+        }
+    });
+    for t in 0..8 {
+        assert_eq!(mem.read(t * GPU_PAGE, GPU_PAGE), vec![t as u8 + 1; GPU_PAGE]);
+    }
+    assert_eq!(capi::gdr_close(g as GdrT), 0, "close with a live pin and mapping");
+    // SAFETY: the VMA outlives gdr_close; the user unmaps it.
+    unsafe { libc::munmap(va as *mut libc::c_void, 8 * GPU_PAGE) };
+}
+
+/// Pins and unpins racing on one instance from several threads, with a stale-handle storm.
+#[test]
+fn concurrent_unpin_and_stale_handles() {
+    if !devices("concurrent_unpin_and_stale_handles") {
+        return;
+    }
+    let sim = GpuSim::open();
+    let mem = sim.alloc(GPU_PAGE);
+    let g = open() as usize;
+    let handles: Vec<GdrMh> = (0..32).map(|_| pin(g as GdrT, mem.va, GPU_PAGE).unwrap()).collect();
+    // Every handle is unpinned by exactly one of the racing threads; the others see EINVAL.
+    let results: Vec<Vec<i32>> = std::thread::scope(|s| {
+        let joins: Vec<_> = (0..4)
+            .map(|_| {
+                let handles = &handles;
+                s.spawn(move || handles.iter().map(|&h| capi::gdr_unpin_buffer(g as GdrT, h)).collect::<Vec<_>>())
+            })
+            .collect();
+        joins.into_iter().map(|j| j.join().unwrap()).collect()
+    });
+    for i in 0..handles.len() {
+        let zeros = results.iter().filter(|r| r[i] == 0).count();
+        assert_eq!(zeros, 1, "handle {i} unpinned {zeros} times");
+        assert!(results.iter().all(|r| r[i] == 0 || r[i] == libc::EINVAL), "handle {i}: {:?}", results.iter().map(|r| r[i]).collect::<Vec<_>>());
+    }
+    assert_eq!(capi::gdr_close(g as GdrT), 0);
+}
