@@ -30,7 +30,7 @@ pub(crate) const fn step(addr: usize, remaining: usize) -> usize {
 pub(crate) unsafe fn to_device(dst: *mut u8, src: *const u8, n: usize) {
     let mut i = 0;
     while i < n {
-        let w = step(dst.addr() + i, n - i);
+        let w = step(dst.addr().wrapping_add(i), n - i);
         // SAFETY: i + w <= n, so both accesses stay inside the ranges the caller vouches for.
         // `step` returned a width that divides the device address, so the volatile store is
         // naturally aligned; the host load is explicitly unaligned.
@@ -56,7 +56,7 @@ pub(crate) unsafe fn to_device(dst: *mut u8, src: *const u8, n: usize) {
 pub(crate) unsafe fn from_device(dst: *mut u8, src: *const u8, n: usize) {
     let mut i = 0;
     while i < n {
-        let w = step(src.addr() + i, n - i);
+        let w = step(src.addr().wrapping_add(i), n - i);
         // SAFETY: i + w <= n keeps both accesses in range; `step` made the device (source)
         // address a multiple of the width, so the volatile load is naturally aligned; the host
         // store is explicitly unaligned.

@@ -204,7 +204,7 @@ pub(crate) fn plan_wc(dev_addr: usize, len: usize, mut seg: impl FnMut(Op, usize
     if off != 0 {
         seg(Op::Aligned, 0, off);
     }
-    let at = |off: usize| (dev_addr + off) & 63;
+    let at = |off: usize| dev_addr.wrapping_add(off) & 63;
     if len - off >= 16 && at(off) & 31 == 16 {
         seg(Op::W16, off, 16);
         off += 16;
