@@ -198,16 +198,15 @@ pub extern "C" fn gdr_copy_from_mapping(handle: GdrMh, h_ptr: *mut c_void, map_d
 
 #[unsafe(no_mangle)]
 pub extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut c_int) {
-    let (ma, mi) = core::runtime_version();
-    // SAFETY: each pointer is checked for NULL; non-NULL ones point to caller-owned ints.
-    unsafe {
-        if !major.is_null() {
-            *major = ma;
+    guard((), |msg| gdr_err!("internal error in gdr_runtime_get_version: {msg}"), || {
+        let (ma, mi) = core::runtime_version();
+        if let Ok(m) = out(major, "major") {
+            *m = ma;
         }
-        if !minor.is_null() {
-            *minor = mi;
+        if let Ok(m) = out(minor, "minor") {
+            *m = mi;
         }
-    }
+    })
 }
 
 #[unsafe(no_mangle)]

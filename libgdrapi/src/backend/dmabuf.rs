@@ -97,7 +97,7 @@ impl CudaApi {
                 Errno::ENOTSUP
             })
         };
-        // SAFETY (all casts below): each symbol is resolved by its CUDA name at CUDA 13.3, whose
+        // SAFETY: (all casts below) each symbol is resolved by its CUDA name at CUDA 13.3, whose
         // signature is the one declared in the field's type.
         let api = unsafe {
             CudaApi {
