@@ -33,8 +33,9 @@ echo "ok - cudasim dlopen tests (gpusim backend)"
 
 # Device pointers must really be gpusim GPU VAs (GPUSIM_VA_BASE = 32 TiB), which is what
 # gdrdrv pins through nvidia_p2p_get_pages.
-CUDASIM_LIB=$STAGE_LIB/libcuda.so.1 CUDASIM_CHILD=child_gpusim_va "$BIN/dlopen" --exact child_gpusim_va --nocapture |
-	grep -q "gpusim va ok" || { echo "not ok - device pointer is not a gpusim VA"; exit 1; }
+out=$(CUDASIM_LIB=$STAGE_LIB/libcuda.so.1 CUDASIM_CHILD=child_gpusim_va "$BIN/dlopen" --exact child_gpusim_va --nocapture 2>&1) ||
+	{ echo "$out"; echo "not ok - gpusim VA check failed"; exit 1; }
+case $out in *"gpusim va ok"*) ;; *) echo "$out"; echo "not ok - gpusim VA check did not run"; exit 1 ;; esac
 echo "ok - cuMemAlloc returns gpusim GPU VAs"
 
 free_after=$(stat_of free_pages || true)
