@@ -551,7 +551,7 @@ pub unsafe extern "C" fn gds_prepare_wait_value32(
         // SAFETY: NULL or writable.
         let d = unsafe { desc.as_mut() }.ok_or_else(|| einval(F, "NULL descriptor"))?;
         memops::check_wait_value32(cond_flags, flags)?;
-        if ptr.is_null() || (ptr as usize) % 4 != 0 {
+        if ptr.is_null() || (ptr as usize) & 3 != 0 {
             return Err(einval(F, &format!("invalid pointer {ptr:p}")));
         }
         *d = WaitValue32 { ptr, value, cond_flags, flags };
@@ -570,7 +570,7 @@ pub unsafe extern "C" fn gds_prepare_write_value32(desc: *mut WriteValue32, ptr:
         // SAFETY: NULL or writable.
         let d = unsafe { desc.as_mut() }.ok_or_else(|| einval(F, "NULL descriptor"))?;
         memops::check_write_value32(flags)?;
-        if ptr.is_null() || (ptr as usize) % 4 != 0 {
+        if ptr.is_null() || (ptr as usize) & 3 != 0 {
             return Err(einval(F, &format!("invalid pointer {ptr:p}")));
         }
         *d = WriteValue32 { ptr, value, flags };
@@ -693,7 +693,7 @@ pub unsafe extern "C" fn gds_mlx5_get_dword_wait_info(ptr: *mut u32, value: u32,
         const F: &str = "gds_mlx5_get_dword_wait_info";
         // SAFETY: NULL or writable.
         let out = unsafe { info.as_mut() }.ok_or_else(|| einval(F, "NULL info"))?;
-        if ptr.is_null() || (ptr as usize) % 4 != 0 {
+        if ptr.is_null() || (ptr as usize) & 3 != 0 {
             return Err(einval(F, &format!("invalid pointer {ptr:p}")));
         }
         *out = Mlx5DwordWaitInfo { ptr: std::ptr::null_mut(), value: 0 };

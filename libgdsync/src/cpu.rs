@@ -46,7 +46,7 @@ unsafe fn spin(addr: usize, cond: u32, value: u32) {
 }
 
 fn check_align(addr: usize, a: usize) -> Result<()> {
-    if addr % a != 0 {
+    if addr & (a - 1) != 0 {
         gds_err!("gds_post_descriptors", "address {addr:#x} is not {a}-byte aligned");
         return Err(Errno::EINVAL);
     }

@@ -129,10 +129,9 @@ impl MemMgr {
     /// Forgets the interval starting at `page` and undoes its registration if we made it.
     pub fn release(&self, cuda: &dyn Cuda, page: usize) -> Result<()> {
         let iv = self.lock().remove(&page).ok_or(Errno::EINVAL)?;
-        if iv.owned {
-            if let Err(r) = cuda.mem_host_unregister(page) {
-                gds_warn!("gds_unmap_mem", "cuMemHostUnregister({page:#x}) failed: {r}");
-            }
+        let undone = if iv.owned { cuda.mem_host_unregister(page) } else { Ok(()) };
+        if let Err(r) = undone {
+            gds_warn!("gds_unmap_mem", "cuMemHostUnregister({page:#x}) failed: {r}");
         }
         Ok(())
     }

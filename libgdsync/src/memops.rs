@@ -132,7 +132,7 @@ impl<'a> Emitter<'a> {
 
     fn poll(&mut self, addr: u64, value: u32, cond: u32, gds_flags: i32) -> Result<()> {
         const F: &str = "gds_fill_poll";
-        if addr % 4 != 0 {
+        if addr & 3 != 0 {
             gds_err!(F, "wait address {addr:#x} is not 4-byte aligned");
             return Err(Errno::EINVAL);
         }
@@ -166,22 +166,31 @@ impl<'a> Emitter<'a> {
         Ok(())
     }
 
+    /// A write without barrier only where the driver accepts that flag (v1 entry points).
+    fn write_flags(&self, barrier: bool) -> u32 {
+        if barrier || !self.caps.write_no_barrier {
+            CU_STREAM_WRITE_VALUE_DEFAULT
+        } else {
+            CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER
+        }
+    }
+
     fn poke(&mut self, addr: u64, value: u32, barrier: bool) -> Result<()> {
-        if addr % 4 != 0 {
+        if addr & 3 != 0 {
             gds_err!("gds_fill_poke", "write address {addr:#x} is not 4-byte aligned");
             return Err(Errno::EINVAL);
         }
-        let flags = if barrier { CU_STREAM_WRITE_VALUE_DEFAULT } else { CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER };
+        let flags = self.write_flags(barrier);
         self.ops.push(MemOp::Write32 { addr, value, flags });
         Ok(())
     }
 
     fn poke64(&mut self, addr: u64, value: u64, barrier: bool) -> Result<()> {
-        if addr % 8 != 0 {
+        if addr & 7 != 0 {
             gds_err!("gds_fill_poke64", "write address {addr:#x} is not 8-byte aligned");
             return Err(Errno::EINVAL);
         }
-        let flags = if barrier { CU_STREAM_WRITE_VALUE_DEFAULT } else { CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER };
+        let flags = self.write_flags(barrier);
         self.ops.push(MemOp::Write64 { addr, value, flags });
         Ok(())
     }
@@ -292,7 +301,7 @@ pub fn translate(
 }
 
 fn aligned(ptr: usize, a: usize) -> Result<()> {
-    if ptr % a != 0 {
+    if ptr & (a - 1) != 0 {
         gds_err!("gds_stream_post_descriptors", "pointer {ptr:#x} is not {a}-byte aligned");
         return Err(Errno::EINVAL);
     }
@@ -355,7 +364,24 @@ mod tests {
     use crate::testcuda::{DEV_OFFSET, FakeCuda};
 
     fn caps() -> Caps {
-        Caps { device: 0, has_memops: true, has_remote_flush: true, has_write64: true, ..Default::default() }
+        // v1-driver behaviour: writes without barrier are expressible.
+        Caps { device: 0, has_memops: true, has_remote_flush: true, has_write64: true, write_no_barrier: true, ..Default::default() }
+    }
+
+    #[test]
+    fn v2_drivers_get_every_write_with_its_barrier() {
+        let r = Ranges::default();
+        let c = Caps { write_no_barrier: false, ..caps() };
+        let (ops, _, _) = send_ops(&r);
+        let d = [Desc::WriteValue32 { ptr: 0x20, value: 1, flags: GDS_MEMORY_HOST }, Desc::Send(ops)];
+        let got = translate(&c, &r, &d, &mut identity).unwrap();
+        assert_eq!(got.len(), 3);
+        for o in got {
+            match o {
+                MemOp::Write32 { flags, .. } | MemOp::Write64 { flags, .. } => assert_eq!(flags, CU_STREAM_WRITE_VALUE_DEFAULT, "{o}"),
+                MemOp::Wait32 { .. } => unreachable!(),
+            }
+        }
     }
     fn identity(p: usize, _s: usize, t: i32) -> Result<u64> {
         if t == GDS_MEMORY_GPU || t == GDS_MEMORY_HOST || t == GDS_MEMORY_IO { Ok(p as u64) } else { Err(Errno::EINVAL) }
@@ -509,14 +535,14 @@ mod tests {
     #[test]
     fn batches_split_at_the_driver_limit_in_order() {
         let cuda = FakeCuda::new();
-        let ops: Vec<MemOp> = (0..600u32).map(|i| MemOp::Write32 { addr: 0x1000 + 4 * u64::from(i), value: i, flags: 1 }).collect();
+        let ops: Vec<MemOp> = (0..600u32).map(|i| MemOp::Write32 { addr: 0x1000 + 4 * u64::from(i), value: i, flags: 0 }).collect();
         submit(&cuda, 0x77, &ops, false, false).unwrap();
         let b = cuda.batches();
         assert_eq!(b.iter().map(|x| x.1.len()).collect::<Vec<_>>(), vec![255, 255, 90]);
         let values: Vec<u64> = b.iter().flat_map(|x| x.1.iter().map(|p| p.value64)).collect();
         assert_eq!(values, (0..600u64).collect::<Vec<_>>());
         assert!(b.iter().all(|x| x.0 == 0x77 && x.2 == 0));
-        assert_eq!(b[0].1[0], BatchMemOpParams { operation: 2, address: 0x1000, value64: 0, flags: 1, ..Default::default() });
+        assert_eq!(b[0].1[0], BatchMemOpParams { operation: 2, address: 0x1000, value64: 0, flags: 0, ..Default::default() });
     }
 
     #[test]

@@ -23,6 +23,10 @@ pub struct Caps {
     /// Upstream's extended `MEMORY_BARRIER` memop (never released in public CUDA): always false.
     pub has_membar: bool,
     pub has_weak: bool,
+    /// `CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER` is accepted: only by the v1 entry points. The v2
+    /// ones (CUDA >= 11.7, the only ones usable without `NVreg_EnableStreamMemOPs=1`) reject it
+    /// with `CUDA_ERROR_INVALID_VALUE`, so writes then always carry the barrier (stronger ordering).
+    pub write_no_barrier: bool,
 }
 
 impl Caps {
@@ -79,6 +83,7 @@ pub fn detect(cuda: &dyn Cuda, dev: i32, env: &Settings) -> Caps {
         has_inlcpy: false,
         has_membar: false,
         has_weak,
+        write_no_barrier: !cuda.has_v2_memops(),
     };
     gds_dbg!(F, "GPU {dev}: {caps:?}");
     caps

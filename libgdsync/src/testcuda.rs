@@ -107,15 +107,17 @@ impl Cuda for FakeCuda {
         let mut s = self.st();
         let call = s.batch_calls;
         s.batch_calls += 1;
-        if let Some((n, r)) = s.fail_batch_call {
-            if n == call {
-                return Err(r);
-            }
+        if let Some((_, r)) = s.fail_batch_call.filter(|&(n, _)| n == call) {
+            return Err(r);
         }
         if ops.len() > 255 {
             return Err(CUDA_ERROR_INVALID_VALUE); // the driver's documented limit
         }
         if flags != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // The v2 entry points reject writes without a memory barrier, as the real driver does.
+        if ops.iter().any(|p| matches!(p.operation, 2 | 5) && p.flags & 1 != 0) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         if !ops.is_empty() {

@@ -1,0 +1,149 @@
+/*
+ * CPU <-> GPU ping-pong latency through stream waits/writes, in the style of upstream's
+ * gds_poll_lat: each iteration enqueues "wait until flag >= i, then write ack = i" on a stream,
+ * the CPU checks the stream is blocked, writes flag = i and spins until it sees ack == i.
+ *
+ * The same ping-pong is measured in the same run three ways, interleaved in blocks so drift hits
+ * all alike:
+ *   gds   one gds_stream_post_descriptors() call with a WAIT_VALUE32 and a WRITE_VALUE32 descriptor
+ *   raw   cuStreamWaitValue32() + cuStreamWriteValue32() (flags as libgdsync emits them on CUDA >= 11.7:
+ *         the v2 entry points take no NO_MEMORY_BARRIER)
+ *   batch one cuStreamBatchMemOp() with the same two operations
+ * Reported per mode: median, p10 and p90 of the enqueue cost and of the round trip (CPU write to
+ * CPU seeing the GPU's write), and gds/raw ratios of the medians.
+ *
+ * Usage: bench_poll_lat [-n iterations per mode] [-b block] [-s spin_us before the CPU write]
+ */
+#define _GNU_SOURCE
+#include <gdsync.h>
+#include <gdsync/tools.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { GDS, RAW, BATCH, NMODES };
+static const char *mode_name[NMODES] = { "gds", "raw", "batch" };
+
+static double now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, int n, double p)
+{
+	qsort(v, n, sizeof(*v), cmp);
+	return v[(int)(p * (n - 1) + 0.5)];
+}
+
+#define CK(call) do { CUresult r_ = (call); if (r_) { fprintf(stderr, "%s failed: %d\n", #call, r_); exit(2); } } while (0)
+
+int main(int argc, char **argv)
+{
+	int n = 2000, block = 100, spin_us = 10, opt;
+	while ((opt = getopt(argc, argv, "n:b:s:")) != -1) {
+		if (opt == 'n') n = atoi(optarg);
+		else if (opt == 'b') block = atoi(optarg);
+		else if (opt == 's') spin_us = atoi(optarg);
+		else { fprintf(stderr, "usage: %s [-n iters] [-b block] [-s spin_us]\n", argv[0]); return 2; }
+	}
+	if (n < 10 || block < 1) return 2;
+	CUdevice dev;
+	CUcontext ctx;
+	CUstream s;
+	CK(cuInit(0));
+	CK(cuDeviceGet(&dev, 0));
+	CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+	CK(cuCtxSetCurrent(ctx));
+	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	char name[128] = "?";
+	cuDeviceGetName(name, sizeof(name), dev);
+	int drv = 0;
+	cuDriverGetVersion(&drv);
+
+	gds_mem_desc_t mem;
+	memset(&mem, 0, sizeof(mem));
+	if (gds_alloc_mapped_memory(&mem, 4096, GDS_MEMORY_HOST)) { fprintf(stderr, "gds_alloc_mapped_memory failed\n"); return 2; }
+	volatile uint32_t *flag = (uint32_t *)mem.h_ptr, *ack = flag + 16;
+	CUdeviceptr dflag = mem.d_ptr, dack = mem.d_ptr + 64;
+	*flag = 0;
+	*ack = 0;
+
+	double *post[NMODES], *rtt[NMODES];
+	int cnt[NMODES] = { 0 }, not_blocked = 0, timeouts = 0;
+	for (int m = 0; m < NMODES; m++) {
+		post[m] = calloc(n, sizeof(double));
+		rtt[m] = calloc(n, sizeof(double));
+	}
+	uint32_t seq = 0;
+	for (int done = 0; done < n; done += block) {
+		for (int m = 0; m < NMODES; m++) {
+			for (int k = 0; k < block && done + k < n; k++) {
+				uint32_t i = ++seq;
+				double t0 = now_us();
+				if (m == GDS) {
+					gds_descriptor_t d[2];
+					d[0].tag = GDS_TAG_WAIT_VALUE32;
+					gds_prepare_wait_value32(&d[0].wait32, (uint32_t *)flag, i, GDS_WAIT_COND_GEQ, GDS_MEMORY_HOST);
+					d[1].tag = GDS_TAG_WRITE_VALUE32;
+					gds_prepare_write_value32(&d[1].write32, (uint32_t *)ack, i, GDS_MEMORY_HOST);
+					if (gds_stream_post_descriptors(s, 2, d, 0)) { fprintf(stderr, "gds post failed\n"); return 1; }
+				} else if (m == RAW) {
+					CK(cuStreamWaitValue32(s, dflag, i, CU_STREAM_WAIT_VALUE_GEQ));
+					CK(cuStreamWriteValue32(s, dack, i, CU_STREAM_WRITE_VALUE_DEFAULT));
+				} else {
+					CUstreamBatchMemOpParams p[2];
+					memset(p, 0, sizeof(p));
+					p[0].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+					p[0].waitValue.address = dflag;
+					p[0].waitValue.value = i;
+					p[0].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+					p[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+					p[1].writeValue.address = dack;
+					p[1].writeValue.value = i;
+					p[1].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+					CK(cuStreamBatchMemOp(s, 2, p, 0));
+				}
+				double t1 = now_us();
+				while (now_us() - t1 < spin_us) {}
+				if (cuStreamQuery(s) == CUDA_SUCCESS) not_blocked++;
+				double t2 = now_us();
+				__atomic_store_n(flag, i, __ATOMIC_RELEASE);
+				while (__atomic_load_n(ack, __ATOMIC_ACQUIRE) != i) {
+					if (now_us() - t2 > 100000) { timeouts++; break; }
+				}
+				double t3 = now_us();
+				post[m][cnt[m]] = t1 - t0;
+				rtt[m][cnt[m]] = t3 - t2;
+				cnt[m]++;
+			}
+		}
+	}
+	CK(cuStreamSynchronize(s));
+	printf("device: %s, driver %d, %d iterations per mode, blocks of %d, %d us before each CPU write\n",
+	       name, drv, n, block, spin_us);
+	printf("%-6s %28s %28s\n", "mode", "enqueue us (median p10 p90)", "round trip us (median p10 p90)");
+	double med_post[NMODES], med_rtt[NMODES];
+	for (int m = 0; m < NMODES; m++) {
+		double p10 = pct(post[m], cnt[m], 0.1), p90 = pct(post[m], cnt[m], 0.9);
+		med_post[m] = pct(post[m], cnt[m], 0.5);
+		double r10 = pct(rtt[m], cnt[m], 0.1), r90 = pct(rtt[m], cnt[m], 0.9);
+		med_rtt[m] = pct(rtt[m], cnt[m], 0.5);
+		printf("%-6s %10.2f %8.2f %8.2f %12.2f %8.2f %8.2f\n", mode_name[m], med_post[m], p10, p90, med_rtt[m], r10, r90);
+	}
+	printf("ratio gds/raw: enqueue %.2f, round trip %.2f; gds/batch: enqueue %.2f, round trip %.2f\n",
+	       med_post[GDS] / med_post[RAW], med_rtt[GDS] / med_rtt[RAW], med_post[GDS] / med_post[BATCH],
+	       med_rtt[GDS] / med_rtt[BATCH]);
+	printf("stream already drained before the CPU write: %d times; round-trip timeouts (100 ms): %d\n", not_blocked, timeouts);
+	gds_free_mapped_memory(&mem);
+	return timeouts ? 1 : 0;
+}

@@ -1,0 +1,24 @@
+#!/bin/bash
+# Builds, on the development machine, everything libgdsync/gpu-test/run.sh needs on the GPU
+# machine (which has no cargo): target/gdsync-gpu/{lib/libgdsync.so.2, stream_suite,
+# bench_poll_lat, abi_layout, include-extra/infiniband}. The test programs link libcuda.so.1 by
+# name; on the GPU machine that resolves to the real driver.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$top"
+B=$top/target/gdsync-gpu
+rm -rf "$B"
+mkdir -p "$B/lib" "$B/include-extra" "$B/linkstub"
+compat-tests/gdsync/fetch-cuda-headers.sh >/dev/null
+cargo build -q --release -p gdsync -p cudasim
+cp target/release/libgdsync.so "$B/lib/libgdsync.so.2"
+ln -sf libgdsync.so.2 "$B/lib/libgdsync.so"
+# Link against the simulator only to satisfy the linker; it is not shipped.
+ln -sf "$top/target/release/libcuda.so" "$B/linkstub/libcuda.so"
+CF=(-std=gnu11 -O2 -Wall -Wextra -Werror -I"$top/include" -I"$top/.deps/cuda/include")
+gcc "${CF[@]}" compat-tests/gdsync/stream_suite.c -o "$B/stream_suite" -L"$B/lib" -L"$B/linkstub" -lgdsync -lcuda -lpthread
+gcc "${CF[@]}" compat-tests/gdsync/bench_poll_lat.c -o "$B/bench_poll_lat" -L"$B/lib" -L"$B/linkstub" -lgdsync -lcuda
+gcc "${CF[@]}" compat-tests/gdsync/abi_layout.c -o "$B/abi_layout"
+cp -r /usr/include/infiniband "$B/include-extra/"
+rm -rf "$B/linkstub"
+du -sh "$B"
