@@ -366,3 +366,22 @@ mod tests {
         assert_eq!(offset_of!(BatchMemOpParams, alias), 32);
     }
 }
+
+#[cfg(test)]
+mod version_tests {
+    /// The header's version macros are the one source: the crate version and our constants follow.
+    #[test]
+    fn header_cargo_and_constants_agree() {
+        let h = include_str!("../../include/gdsync/core.h");
+        let macro_value = |name: &str| -> u32 {
+            h.lines()
+                .find_map(|l| l.strip_prefix("#define ")?.strip_prefix(name)?.trim().parse().ok())
+                .unwrap_or_else(|| panic!("{name} not found in core.h"))
+        };
+        let (maj, min) = (macro_value("GDS_API_MAJOR_VERSION"), macro_value("GDS_API_MINOR_VERSION"));
+        assert_eq!((maj, min), (super::GDS_API_MAJOR_VERSION, super::GDS_API_MINOR_VERSION));
+        assert_eq!(env!("CARGO_PKG_VERSION"), format!("{maj}.{min}.0"));
+        // libtool -version-info (maj+min):0:min -> soname major = maj+min-min = maj.
+        assert!(include_str!("../build.rs").contains(&format!("libgdsync.so.{maj}\"")));
+    }
+}
