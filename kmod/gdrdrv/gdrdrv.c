@@ -14,20 +14,21 @@
  *  - struct gdr_region: one pinned range. It lives on its file's list from the pin ioctl until
  *    unpin or the file's release. The NVIDIA free callback may run at any time while it is
  *    pinned (non-persistent mode) and invalidates it in place.
- *  - VMAs: created by mmap of offset (handle << PAGE_SHIFT). Each VMA holds a reference on the
- *    file, so a file is never released while any of its mappings exists. A region counts the VMA
- *    pieces of its current mapping (splits and mremap call ->open), so a partial munmap never
- *    makes a still-mapped region look unmapped. Regions are never reached through a VMA
- *    pointer: the VMA hooks look the region up by file offset, so a VMA that outlives its
- *    region (after unpin) is harmless.
+ *  - VMAs: created by mmap of offset (handle << PAGE_SHIFT). PTEs are inserted by the fault
+ *    handler only (see the mmap section for why). Each VMA holds a reference on the file, so a
+ *    file is never released while any of its mappings exists. A region counts the VMA pieces of
+ *    its current mapping (splits and mremap call ->open), so a partial munmap never makes a
+ *    still-mapped region look unmapped. Regions are never reached through a VMA pointer: the
+ *    VMA hooks look the region up by file offset, so a VMA that outlives its region (after
+ *    unpin) is harmless: it faults into SIGBUS.
  *
  * Locking (see docs/gdrdrv.md):
  *  - gdr_file.lock (mutex): the region list and the handle counter. A region found under it is
  *    locked (region.sem) before the mutex is dropped, and removal from the list happens under
  *    it, so a region found by a lookup cannot be freed under the finder.
- *  - gdr_region.sem (rw_semaphore): read for the queries; write for mmap, the mapping-type
- *    request, VMA open/close, unpin, release and the free callback. The free callback takes only
- *    this semaphore, never the mutex, so it cannot deadlock against ioctls.
+ *  - gdr_region.sem (rw_semaphore): read for the queries and the fault handler; write for mmap,
+ *    the mapping-type request, VMA open/close, unpin, release and the free callback. The free
+ *    callback takes only this semaphore, never the mutex, so it cannot deadlock against ioctls.
  *  - Order: mmap_lock -> gdr_file.lock -> gdr_region.sem -> i_mmap_rwsem. Nothing copies to or
  *    from user space while holding either lock, and the NVIDIA put-pages call is never made
  *    while holding region.sem (it waits for a callback in flight, which needs that semaphore).
@@ -149,6 +150,10 @@ struct gdr_region {
 	unsigned int vma_count;		/* VMA pieces of the current mapping */
 	gdr_mr_type_t mapping_type;	/* of the current mapping, NONE if none */
 	gdr_mr_type_t req_mapping_type;	/* for the next mmap, NONE = default */
+	struct gdr_wc_range {
+		u64 phys, len;
+	} *wc;				/* PAT WC reservations of the current mapping */
+	u32 nr_wc;
 };
 
 static bool persistent_mode(void)
@@ -200,7 +205,8 @@ static struct gdr_region *region_get(struct gdr_file *gf, gdr_hnd_t handle, bool
 }
 
 /* Find the region whose file range contains pgoff (a VMA piece may start inside it). */
-static struct gdr_region *region_get_by_pgoff(struct gdr_file *gf, unsigned long pgoff)
+static struct gdr_region *region_get_by_pgoff(struct gdr_file *gf, unsigned long pgoff,
+					      bool write)
 {
 	struct gdr_region *r, *found = NULL;
 
@@ -211,11 +217,17 @@ static struct gdr_region *region_get_by_pgoff(struct gdr_file *gf, unsigned long
 			break;
 		}
 	}
-	if (found)
-		down_write(&found->sem);
+	if (found) {
+		if (write)
+			down_write(&found->sem);
+		else
+			down_read(&found->sem);
+	}
 	mutex_unlock(&gf->lock);
 	return found;
 }
+
+static void region_unreserve(struct gdr_region *r);
 
 /*
  * Remove every user PTE of the region's file range. Handles never share file ranges, so this
@@ -227,6 +239,7 @@ static void region_zap(struct gdr_region *r)
 	unmap_mapping_range(&r->file->mapping, (loff_t)r->handle << PAGE_SHIFT,
 			    r->mapped_size, 1);
 	r->mapping_type = GDR_MR_NONE;
+	region_unreserve(r);
 }
 
 /* ---- NVIDIA calls ----------------------------------------------------------------------- */
@@ -768,11 +781,34 @@ static long gdrdrv_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 
 /* ---- mmap --------------------------------------------------------------------------------- */
 
+/*
+ * Why a fault handler instead of remapping everything in ->mmap (as the original driver does):
+ * the VMA handed to ->mmap is linked into the file's address_space only after ->mmap returns. A
+ * free callback running in that window cannot find it with unmap_mapping_range(), and PTEs
+ * inserted by ->mmap would then keep pointing at freed GPU memory. Here PTEs are only ever
+ * inserted by the fault handler, under the region semaphore, after checking that the region is
+ * still valid, and a fault can only happen once the VMA is linked; so every zap reaches every
+ * PTE, and a zapped mapping faults into SIGBUS.
+ */
+
+/* Drop the PAT reservations of the current mapping (no PTE can use them any more). */
+static void region_unreserve(struct gdr_region *r)
+{
+	u32 i;
+
+	lockdep_assert_held(&r->sem);
+	for (i = 0; i < r->nr_wc; i++)
+		gdrdrv_memtype_free_wc(r->wc[i].phys, r->wc[i].len);
+	kfree(r->wc);
+	r->wc = NULL;
+	r->nr_wc = 0;
+}
+
 /* VMA pieces come and go by split and mremap; only the last one ends the mapping. */
 static void gdrdrv_vma_open(struct vm_area_struct *vma)
 {
 	struct gdr_file *gf = vma->vm_file->private_data;
-	struct gdr_region *r = region_get_by_pgoff(gf, vma->vm_pgoff);
+	struct gdr_region *r = region_get_by_pgoff(gf, vma->vm_pgoff, true);
 
 	if (!r)
 		return;
@@ -783,76 +819,108 @@ static void gdrdrv_vma_open(struct vm_area_struct *vma)
 static void gdrdrv_vma_close(struct vm_area_struct *vma)
 {
 	struct gdr_file *gf = vma->vm_file->private_data;
-	struct gdr_region *r = region_get_by_pgoff(gf, vma->vm_pgoff);
+	struct gdr_region *r = region_get_by_pgoff(gf, vma->vm_pgoff, true);
 
 	/* No region: it was unpinned while mapped, and its PTEs are long gone. */
 	if (!r)
 		return;
-	if (r->vma_count && --r->vma_count == 0)
+	if (r->vma_count && --r->vma_count == 0) {
 		r->mapping_type = GDR_MR_NONE;
+		region_unreserve(r);
+	}
 	up_write(&r->sem);
+}
+
+/* Insert the PTEs of the 64 KiB GPU page containing the faulting address (within the VMA). */
+static vm_fault_t gdrdrv_vma_fault(struct vm_fault *vmf)
+{
+	struct vm_area_struct *vma = vmf->vma;
+	struct gdr_file *gf = vma->vm_file->private_data;
+	struct gdr_region *r = region_get_by_pgoff(gf, vmf->pgoff, false);
+	const struct nvidia_p2p_page_table *pt;
+	unsigned long base, start, end, addr;
+	vm_fault_t ret = VM_FAULT_SIGBUS;
+	u64 off, phys;
+
+	/* Unpinned: nothing may be mapped here any more. */
+	if (!r)
+		return VM_FAULT_SIGBUS;
+	pt = r->page_table;
+	/* Invalidated or unmapped (only stale VMA pieces remain). */
+	if (!pt || r->mapping_type == GDR_MR_NONE)
+		goto out;
+	off = (u64)(vmf->pgoff - r->handle) << PAGE_SHIFT;
+	if (off >= r->mapped_size || (off >> GPU_PAGE_SHIFT) >= pt->entries)
+		goto out;
+	phys = pt->pages[off >> GPU_PAGE_SHIFT]->physical_address;
+
+	base = vmf->address - (unsigned long)(off & GPU_PAGE_OFFSET);
+	start = max(base, vma->vm_start);
+	end = min_t(unsigned long, base + GPU_PAGE_SIZE, vma->vm_end);
+	for (addr = start; addr < end; addr += PAGE_SIZE) {
+		ret = gdrdrv_insert_pfn(vma, addr, (phys + (addr - base)) >> PAGE_SHIFT,
+					vma->vm_page_prot);
+		if (ret != VM_FAULT_NOPAGE)
+			break;
+	}
+out:
+	up_read(&r->sem);
+	return ret;
 }
 
 static const struct vm_operations_struct gdrdrv_vm_ops = {
 	.open = gdrdrv_vma_open,
 	.close = gdrdrv_vma_close,
+	.fault = gdrdrv_vma_fault,
 };
 
-static int remap_run(struct vm_area_struct *vma, unsigned long addr, u64 phys,
-		     unsigned long len, bool whole_vma)
-{
-	unsigned long off;
-	int ret;
-
-	if (whole_vma || !gdrdrv_remap_per_page())
-		return gdrdrv_remap(vma, addr, phys >> PAGE_SHIFT, len, vma->vm_page_prot);
-	for (off = 0; off < len; off += PAGE_SIZE) {
-		ret = gdrdrv_remap(vma, addr + off, (phys + off) >> PAGE_SHIFT, PAGE_SIZE,
-				   vma->vm_page_prot);
-		if (ret)
-			return ret;
-	}
-	return 0;
-}
-
-/* Map the region's BAR pages into the VMA, one call per physically contiguous run. */
-static int region_remap(struct gdr_region *r, struct vm_area_struct *vma)
+/*
+ * Check that the first @size bytes of the region are backed by page-aligned BAR pages and, for
+ * WC mappings, register each physically contiguous run as write-combining.
+ */
+static int region_prepare_map(struct gdr_region *r, unsigned long size, bool wc)
 {
 	const struct nvidia_p2p_page_table *pt = r->page_table;
-	unsigned long addr = vma->vm_start;
-	unsigned long size = vma->vm_end - vma->vm_start;
-	unsigned long remaining = size;
-	u32 i = 0;
+	u32 nr_gpu_pages = DIV_ROUND_UP(size, GPU_PAGE_SIZE);
+	u32 i, n = 0;
+	int ret;
 
-	while (remaining && i < pt->entries) {
+	if (wc) {
+		r->wc = kcalloc(nr_gpu_pages, sizeof(*r->wc), GFP_KERNEL);
+		if (!r->wc)
+			return -ENOMEM;
+	}
+	for (i = 0; i < nr_gpu_pages;) {
 		u64 phys = pt->pages[i]->physical_address;
 		u64 run = GPU_PAGE_SIZE;
-		unsigned long len;
-		int ret;
 
-		for (i++; i < pt->entries; i++) {
+		for (i++; i < nr_gpu_pages; i++) {
 			if (pt->pages[i]->physical_address != phys + run)
 				break;
 			run += GPU_PAGE_SIZE;
 		}
 		if (phys & ~PAGE_MASK) {
 			gdr_err("BAR address 0x%llx is not page aligned\n", phys);
-			return -EINVAL;
+			ret = -EINVAL;
+			goto fail;
 		}
-		len = min_t(u64, remaining, run);
-		ret = remap_run(vma, addr, phys, len, len == size);
+		if (!wc)
+			continue;
+		ret = gdrdrv_memtype_reserve_wc(phys, run);
 		if (ret) {
-			gdr_err("remap of 0x%lx bytes at 0x%llx failed: %d\n", len, phys, ret);
-			return -EAGAIN;
+			gdr_err("cannot make 0x%llx bytes at 0x%llx write-combining: %d\n", run,
+				phys, ret);
+			ret = -EAGAIN;
+			goto fail;
 		}
-		addr += len;
-		remaining -= len;
-	}
-	if (remaining) {
-		gdr_err("0x%lx bytes of the mapping not covered\n", remaining);
-		return -EINVAL;
+		r->wc[n].phys = phys;
+		r->wc[n].len = run;
+		r->nr_wc = ++n;
 	}
 	return 0;
+fail:
+	region_unreserve(r);
+	return ret;
 }
 
 static int gdrdrv_mmap(struct file *filp, struct vm_area_struct *vma)
@@ -861,6 +929,7 @@ static int gdrdrv_mmap(struct file *filp, struct vm_area_struct *vma)
 	unsigned long size = vma->vm_end - vma->vm_start;
 	struct gdr_region *r;
 	gdr_mr_type_t type;
+	pgprot_t prot;
 	int ret = -EINVAL;
 
 	if (!gf)
@@ -897,8 +966,8 @@ static int gdrdrv_mmap(struct file *filp, struct vm_area_struct *vma)
 		goto out;
 	}
 	/*
-	 * A private writable mapping would make remap_pfn_range() rewrite vm_pgoff, after which
-	 * the file-range zap could no longer find it. The library always maps MAP_SHARED.
+	 * Private mappings would be copy-on-write, which PFN mappings cannot be. The library
+	 * always maps MAP_SHARED.
 	 */
 	if (!(vma->vm_flags & VM_SHARED)) {
 		gdr_err("only MAP_SHARED mappings are supported\n");
@@ -908,29 +977,33 @@ static int gdrdrv_mmap(struct file *filp, struct vm_area_struct *vma)
 	type = region_choose_type(r);
 	switch (type) {
 	case GDR_MR_WC:
-		vma->vm_page_prot = gdrdrv_pgprot_wc(vma->vm_page_prot);
+		prot = gdrdrv_pgprot_wc(vma->vm_page_prot);
 		break;
 	case GDR_MR_CACHING:
 		/* Normal cacheable memory: keep vm_page_prot. */
+		prot = vma->vm_page_prot;
 		break;
 	case GDR_MR_DEVICE:
 		if (!GDRDRV_HAVE_DEVICE_MAPPING) {
 			gdr_err("device mappings are not available on this architecture\n");
 			goto out;
 		}
-		vma->vm_page_prot = gdrdrv_pgprot_device(vma->vm_page_prot);
+		prot = gdrdrv_pgprot_device(vma->vm_page_prot);
 		break;
 	default:
 		goto out;
 	}
 
-	/* Never inherited by fork(): a child must not reach the parent's pinned memory. */
-	gdrdrv_vm_flags_set(vma, VM_DONTCOPY);
-	ret = region_remap(r, vma);
+	ret = region_prepare_map(r, size, type == GDR_MR_WC);
 	if (ret)
 		goto out;
 
-	/* Only a successful mmap gets the hooks: a failed one is torn down without ->close. */
+	/*
+	 * PFN mapping of I/O memory, never expanded, dumped or inherited by fork(): a child must
+	 * not reach the parent's pinned memory.
+	 */
+	gdrdrv_vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY);
+	vma->vm_page_prot = gdrdrv_pgprot_io(prot);
 	vma->vm_ops = &gdrdrv_vm_ops;
 	r->vma_count = 1;
 	r->mapping_type = type;

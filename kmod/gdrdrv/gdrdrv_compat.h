@@ -14,6 +14,7 @@
 #include <linux/proc_fs.h>
 #include <linux/seq_file.h>
 #include <linux/timex.h>
+#include <linux/io.h>
 #include <asm/io.h>
 
 #include "gdrdrv_probes.h"
@@ -236,51 +237,61 @@ static inline bool gdrdrv_pfn_is_ram(unsigned long pfn)
 }
 #endif
 
-/* ---- remapping BAR pages into user space --------------------------------------------------- */
+/* ---- inserting BAR pages into user mappings ------------------------------------------------ */
 
 /*
- * x86 since 5.13: remapping a range that does not cover the whole VMA runs into PAT memtype
- * tracking, so such runs are mapped one host page at a time when PAT may be active. A module
- * that may not call the GPL-only pat_enabled() has to assume it is.
- */
-#if defined(CONFIG_X86) && LINUX_VERSION_CODE >= KERNEL_VERSION(5, 13, 0)
-#if defined(GDRDRV_OPENSOURCE_NVIDIA) && defined(GDRDRV_HAVE_PAT_ENABLED)
-#include <asm/memtype.h>
-static inline bool gdrdrv_remap_per_page(void)
-{
-	return pat_enabled();
-}
-#else
-static inline bool gdrdrv_remap_per_page(void)
-{
-	return true;
-}
-#endif
-#else
-static inline bool gdrdrv_remap_per_page(void)
-{
-	return false;
-}
-#endif
-
-/*
- * io_remap_pfn_range() handles memory encryption through the GPL-only pgprot_decrypted(); the
- * proprietary flavor clears the encryption bit itself and uses plain remap_pfn_range().
+ * BAR pages are inserted by the fault handler. MMIO must be mapped decrypted in memory-encrypted
+ * guests; pgprot_decrypted() is GPL-only there, so the proprietary flavor clears the SME bit
+ * itself (confidential-computing guests other than SME are then not fully supported).
  */
 #if defined(CONFIG_X86) && defined(CONFIG_ARCH_HAS_CC_PLATFORM) && \
 	!defined(GDRDRV_OPENSOURCE_NVIDIA)
 #warning "gdrdrv: proprietary NVIDIA flavor: confidential-computing guests are not fully supported"
-static inline int gdrdrv_remap(struct vm_area_struct *vma, unsigned long addr,
-			       unsigned long pfn, unsigned long size, pgprot_t prot)
+static inline pgprot_t gdrdrv_pgprot_io(pgprot_t prot)
 {
-	return remap_pfn_range(vma, addr, pfn, size, __pgprot(__sme_clr(pgprot_val(prot))));
+	return __pgprot(__sme_clr(pgprot_val(prot)));
 }
 #else
-static inline int gdrdrv_remap(struct vm_area_struct *vma, unsigned long addr,
-			       unsigned long pfn, unsigned long size, pgprot_t prot)
+static inline pgprot_t gdrdrv_pgprot_io(pgprot_t prot)
 {
-	return io_remap_pfn_range(vma, addr, pfn, size, prot);
+	return pgprot_decrypted(prot);
 }
 #endif
+
+#if defined(GDRDRV_HAVE_VMF_INSERT_PFN_PROT)
+static inline vm_fault_t gdrdrv_insert_pfn(struct vm_area_struct *vma, unsigned long addr,
+					   unsigned long pfn, pgprot_t prot)
+{
+	return vmf_insert_pfn_prot(vma, addr, pfn, prot);
+}
+#else
+/* Before 4.20 the function returned an errno. */
+static inline vm_fault_t gdrdrv_insert_pfn(struct vm_area_struct *vma, unsigned long addr,
+					   unsigned long pfn, pgprot_t prot)
+{
+	int err = vm_insert_pfn_prot(vma, addr, pfn, prot);
+
+	if (err == -ENOMEM)
+		return VM_FAULT_OOM;
+	if (err < 0 && err != -EBUSY)
+		return VM_FAULT_SIGBUS;
+	return VM_FAULT_NOPAGE;
+}
+#endif
+
+/*
+ * PAT (x86): a PFN inserted by a fault handler gets the memory type registered for its physical
+ * range, not the one in the VMA's protection. A write-combining mapping therefore registers its
+ * BAR ranges as WC for as long as it can have PTEs. Elsewhere these are no-ops (linux/io.h).
+ */
+static inline int gdrdrv_memtype_reserve_wc(u64 phys, u64 size)
+{
+	return arch_io_reserve_memtype_wc(phys, size);
+}
+
+static inline void gdrdrv_memtype_free_wc(u64 phys, u64 size)
+{
+	arch_io_free_memtype_wc(phys, size);
+}
 
 #endif /* GDRDRV_COMPAT_H */
