@@ -383,23 +383,36 @@ static void basic_unaligned_mapping(void)
             found = i;
         }
     }
-    if (found < 0) {
-        WAIVE("cuMemAlloc returned only 64 KiB-aligned addresses in %d tries", TRIES);
+    CUdeviceptr d;
+    size_t dsize = big_size;
+    if (found >= 0) {
+        d = big[found];
+    } else {
+        /* Upstream waives here. An allocator that hands out only 64 KiB-aligned buffers (ours
+         * does) still has unaligned addresses inside them: use one 256 bytes into the last
+         * buffer (unaligned for both the 64 KiB gdrdrv rule and the host-page dma-buf rule). */
+        found = TRIES - 1;
+        d = big[found] + 256;
+        dsize = big_size - 256;
+        DBG("cuMemAlloc gave only aligned addresses; using an interior address\n");
     }
-    CUdeviceptr d = big[found];
     DBG("unaligned buffer at 0x%llx\n", (unsigned long long)d);
 
     /* The unaligned pin works, its mapping does not. */
     gdr_mh_t mh = {0};
     void *va = NULL;
-    ASSERT_EQ(gdr_pin_buffer(g, d, big_size, 0, 0, &mh), 0);
-    ASSERT_NEQ(gdr_map(g, mh, &va, big_size), 0);
+    ASSERT_EQ(gdr_pin_buffer(g, d, dsize, 0, 0, &mh), 0);
+    ASSERT_NEQ(gdr_map(g, mh, &va, dsize), 0);
     ASSERT_EQ(gdr_unpin_buffer(g, mh), 0);
 
     /* From the next GPU page boundary it maps and is writable. */
     CUdeviceptr aligned = ROUND_UP(d, GPU_PAGE_SIZE);
-    size_t asize = (size_t)(d + big_size - aligned);
-    ASSERT_EQ(gdr_pin_buffer(g, aligned, asize, 0, 0, &mh), 0);
+    size_t asize = (size_t)(d + dsize - aligned);
+    int ret = gdr_pin_buffer(g, aligned, asize, 0, 0, &mh);
+    if (ret != 0 && using_dmabuf(g)) {
+        WAIVE("the CUDA driver refuses a dma-buf for a range inside an allocation (pin returned %d)", ret);
+    }
+    ASSERT_EQ(ret, 0);
     ASSERT_EQ(gdr_map(g, mh, &va, asize), 0);
     check_mapping_rw(mh, va, aligned, asize, 1);
 
@@ -421,7 +434,7 @@ static void basic_unaligned_mapping(void)
     ASSERT_EQ(gdr_unmap(g, mh, va, asize), 0);
     ASSERT_EQ(gdr_unpin_buffer(g, mh), 0);
     ASSERT_EQ(gdr_close(g), 0);
-    ASSERTDRV(cuMemFree(d));
+    ASSERTDRV(cuMemFree(big[found]));
 }
 
 static void basic_small_buffers_mapping(void)

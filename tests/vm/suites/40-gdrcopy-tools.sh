@@ -89,7 +89,7 @@ sanity() {
 	# shellcheck disable=SC2086
 	env GDRCOPY_SANITY_TIMEOUT=240 $SANITY_ENV timeout -k 5 850 "$BIN/gdrcopy_sanity" -v "$@" >"$out" 2>&1
 	rc=$?
-	grep -v '^DBG:' "$out"
+	grep -v -e '^DBG:' -e '^&&&& ' "$out"
 	echo "[$label] per-case status:"
 	grep -E '^&&&& (PASSED|FAILED|WAIVED) ' "$out" | sed "s/^&&&& /[$label]   /"
 	[ "$rc" = 0 ] || bad "sanity $label: exit $rc"
