@@ -11,6 +11,9 @@
 # --setup-only loads the modules and exports nothing else: for interactive debugging
 # (`source tests/vm/guest.sh --setup-only` inside `scripts/vmtest --shell`).
 set -u
+# The whole script is one compound command, so bash has parsed all of it before it runs:
+# editing this file during a run cannot break the run.
+{
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT=
@@ -152,3 +155,6 @@ else
 	echo "VMTEST RESULT: FAIL (${FAILED[*]})"
 fi
 sync
+[ ${#FAILED[@]} -eq 0 ]
+exit
+}
