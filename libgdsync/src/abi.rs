@@ -3,6 +3,8 @@
 //! numbers of the spec (`shared/spec/gdsync.md` §2–§3, §5.1); the C side is checked by
 //! `compat-tests/gdsync/abi_layout.c`.
 
+#![forbid(unsafe_code)]
+
 use std::ffi::c_void;
 
 /// `CUdeviceptr`.

@@ -2,6 +2,8 @@
 //! semantics. `Settings::from_lookup` takes the lookup as a function so tests need not touch the
 //! process environment.
 
+#![forbid(unsafe_code)]
+
 use std::sync::OnceLock;
 
 use gpudirect_common::log::atoi;

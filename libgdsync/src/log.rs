@@ -1,6 +1,8 @@
 //! libgdsync's logger: upstream's line format `[<pid>] GDS <LVL> <function>() <text>` on stderr.
 //! DBG lines only with `GDS_ENABLE_DEBUG` (non-zero); INFO/WARN/ERR always.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 
 use gpudirect_common::log::{Level, LogConfig, Logger, env_int, push_args};

@@ -5,6 +5,8 @@
 //! upstream, registrations this library made for its own allocations are undone when those
 //! allocations are freed (`release`), and the cache is behind a mutex.
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 

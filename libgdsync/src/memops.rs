@@ -4,6 +4,8 @@
 //! Everything here is safe code over plain values: the C layer copies descriptors and peer-op
 //! lists out of application memory into [`Desc`]/[`PeerOp`] first.
 
+#![forbid(unsafe_code)]
+
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::*;

@@ -1,6 +1,8 @@
 //! `gdsync/mlx5.h` helpers (spec §6.20–§6.22): the device addresses and values a CUDA kernel needs
 //! to execute a prepared send or wait itself instead of through stream memory operations.
 
+#![forbid(unsafe_code)]
+
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::*;

@@ -1,6 +1,8 @@
 //! Per-GPU capability detection ("peers", spec §4.1): which stream memory operations the device
 //! supports, combined with the environment overrides, cached per device ordinal.
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 

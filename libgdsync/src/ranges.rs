@@ -5,6 +5,8 @@
 //! address of a heap record as the id; we use numbers from a table, so a stale or garbage id is an
 //! `EINVAL`, not a wild pointer, and every access is bounds-checked against the range.
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
