@@ -317,3 +317,26 @@ fn safe_api_round_trip_and_raii() {
     drop(buf);
     drop(gdr);
 }
+
+/// Two 8-byte pins inside one GPU page: both pin, only the aligned one maps (upstream sanity
+/// `basic_small_buffers_mapping`, regression for upstream issue 244).
+#[test]
+fn small_buffers_in_one_page() {
+    if !devices("small_buffers_in_one_page") {
+        return;
+    }
+    let sim = GpuSim::open();
+    let mem = sim.alloc(GPU_PAGE);
+    let g = open();
+    let h1 = pin(g, mem.va, 8).unwrap();
+    let h2 = pin(g, mem.va + 8, 8).unwrap();
+    assert_ne!(h1.h, h2.h);
+    let va = map(g, h1, 8, 0).unwrap();
+    assert_eq!(map(g, h2, 8, 0).err(), Some(EINVAL));
+    assert_eq!(copy_to(h1, va, &[9u8; 8]), 0);
+    assert_eq!(mem.read(0, 8), [9u8; 8]);
+    assert_eq!(capi::gdr_unmap(g, h1, va.cast(), 8), 0);
+    assert_eq!(capi::gdr_unpin_buffer(g, h1), 0);
+    assert_eq!(capi::gdr_unpin_buffer(g, h2), 0);
+    assert_eq!(capi::gdr_close(g), 0);
+}

@@ -188,3 +188,116 @@ fn concurrent_unpin_and_stale_handles() {
     }
     assert_eq!(capi::gdr_close(g as GdrT), 0);
 }
+
+/// A child frees its own mapped buffer; the parent's mapping of a different buffer is unaffected
+/// (upstream sanity `invalidation_fork_map_and_free`).
+#[test]
+fn child_freeing_its_buffer_leaves_parent_mapping() {
+    if !devices("child_freeing_its_buffer_leaves_parent_mapping") {
+        return;
+    }
+    let sim = GpuSim::open();
+    let mem = sim.alloc(GPU_PAGE);
+    let g = open();
+    let h = pin(g, mem.va, GPU_PAGE).unwrap();
+    let va = map(g, h, GPU_PAGE, 0).unwrap();
+    assert_eq!(copy_to(h, va, b"parent value"), 0);
+    let exit = in_child(|| {
+        let sim = GpuSim::open();
+        let mut mem = sim.alloc(GPU_PAGE);
+        let g = open();
+        let h = pin(g, mem.va, GPU_PAGE).unwrap();
+        let va = map(g, h, GPU_PAGE, 0).unwrap();
+        assert_eq!(copy_to(h, va, b"child value"), 0);
+        mem.free().unwrap();
+        0 // exit without unmap/unpin/close: process teardown releases everything
+    });
+    assert_eq!(exit, Exit::Code(0));
+    let mut back = [0u8; 12];
+    assert_eq!(copy_from(h, &mut back, va), 0);
+    assert_eq!(&back, b"parent value");
+    assert_eq!(mem.read(0, 12), b"parent value");
+    assert_eq!(capi::gdr_close(g), 0);
+    // SAFETY: the VMA outlives gdr_close; the user unmaps it.
+    unsafe { libc::munmap(va.cast(), GPU_PAGE) };
+}
+
+fn pipe() -> (i32, i32) {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid 2-int array.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    (fds[0], fds[1])
+}
+
+fn send(fd: i32) {
+    // SAFETY: writes one byte from a local to a pipe we own.
+    assert_eq!(unsafe { libc::write(fd, b"x".as_ptr().cast(), 1) }, 1);
+}
+
+/// Waits for one byte; false at end of file (the other side died).
+fn receive(fd: i32) -> bool {
+    let mut b = 0u8;
+    // SAFETY: reads one byte into a local from a pipe we own.
+    (unsafe { libc::read(fd, (&raw mut b).cast(), 1) }) == 1
+}
+
+fn close(fd: i32) {
+    // SAFETY: closes a pipe end this process owns and no longer uses.
+    unsafe { libc::close(fd) };
+}
+
+/// After a process frees GPU memory that it still has mapped, another process's data placed in
+/// the freed memory must never show through the stale mapping (upstream sanity
+/// `invalidation_fork_access_after_free`): non-persistent mode faults, persistent mode keeps the
+/// old pages pinned so the other process cannot get them.
+#[test]
+fn stale_mapping_never_shows_another_process_data() {
+    if !devices("stale_mapping_never_shows_another_process_data") {
+        return;
+    }
+    let g0 = open();
+    let persistent = persistent(g0);
+    assert_eq!(capi::gdr_close(g0), 0);
+    // The "parent" role runs in a child of the test so that its fault can be observed.
+    let exit = in_child(|| {
+        let (to_child_r, to_child_w) = pipe();
+        let (to_parent_r, to_parent_w) = pipe();
+        let sim = GpuSim::open();
+        let mut mem = sim.alloc(4 * GPU_PAGE);
+        let g = open();
+        let h = pin(g, mem.va, 4 * GPU_PAGE).unwrap();
+        let va = map(g, h, 4 * GPU_PAGE, 0).unwrap();
+        assert_eq!(copy_to(h, va, &[0x11; 64]), 0);
+        mem.free().unwrap();
+        let other = spawn_child(move || {
+            close(to_child_w);
+            close(to_parent_r);
+            let sim = GpuSim::open();
+            // Take as much BAR as is free so that the freed pages are reused if they can be.
+            let info = sim.info();
+            let pages = (info.free_bytes as usize / GPU_PAGE).clamp(1, 64);
+            let mem = sim.alloc(pages * GPU_PAGE);
+            mem.write(0, &vec![0xee; pages * GPU_PAGE]);
+            send(to_parent_w);
+            // Keep the data in place until the other side has looked (or died trying).
+            receive(to_child_r);
+            0
+        });
+        close(to_parent_w);
+        close(to_child_r);
+        assert!(receive(to_parent_r), "the other process died before writing its data");
+        let mut seen = [0u8; 64];
+        let rc = copy_from(h, &mut seen, va); // faults in non-persistent mode
+        send(to_child_w);
+        assert_eq!(wait(other), Exit::Code(0));
+        assert_eq!(rc, 0);
+        assert!(seen.iter().all(|&b| b != 0xee), "another process's data leaked through a stale mapping");
+        assert_eq!(seen, [0x11; 64], "persistent pins keep the freed pages and their data");
+        0
+    });
+    if persistent {
+        assert_eq!(exit, Exit::Code(0));
+    } else {
+        assert_eq!(exit, Exit::Signal(libc::SIGBUS), "stale mapping after the free callback");
+    }
+}
