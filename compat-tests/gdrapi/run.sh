@@ -198,7 +198,14 @@ check_defs() {
 check_archive() {
     [ -f "$archive" ] || { echo "no $archive"; return 1; }
     diff <(sort "$here/symbols.txt") \
-        <(nm -g --defined-only "$archive" 2>/dev/null | awk '$2 == "T" && $3 ~ /^gdr_/ {print $3}' | sort -u)
+        <(nm -g --defined-only "$archive" 2>/dev/null | awk '$2 == "T" && $3 ~ /^gdr_/ {print $3}' | sort -u) ||
+        return 1
+    # Besides the API, only Rust-mangled names and the toolchain's runtime (compiler builtins,
+    # all "__"-prefixed) may be global: nothing a C program's own names could collide with.
+    local extra
+    extra=$(nm -g --defined-only "$archive" 2>/dev/null | awk 'NF == 3 {print $3}' |
+        grep -vE '^(gdr_|_ZN|_R|anon\.|__|DW\.ref\.rust_eh_personality$)' | sort -u)
+    if [ -n "$extra" ]; then echo "unexpected global symbols in libgdrapi.a:"; echo "$extra"; return 1; fi
 }
 check_links() {
     # An installed prefix carries the soname chain libgdrapi.so -> .so.2 -> .so.2.<minor>.
@@ -214,7 +221,7 @@ step "no ELF symbol versions on our symbols" check_no_versions
 step "SONAME is libgdrapi.so.2" check_soname
 step "DT_NEEDED has no libcuda, no RPATH, no CUDA imports" check_needed
 step "no undefined symbols (ldd -r)" check_defs
-step "libgdrapi.a defines the 17 functions" check_archive
+step "libgdrapi.a defines the 17 functions and no other C-visible names" check_archive
 step "installed soname links" check_links
 
 # ---------------------------------------------------------------------------------------------
