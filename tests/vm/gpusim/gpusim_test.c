@@ -634,6 +634,20 @@ static int p2p_unpin(int pfd, uint32_t slot)
 	return ioctl(pfd, P2PT_IOC_UNPIN, &slot);
 }
 
+/* gpusim's scatter_pages parameter: consecutive GPU pages are never physically adjacent */
+static bool scatter_mode(void)
+{
+	char c = 'N';
+	FILE *f = fopen("/sys/module/gpusim/parameters/scatter_pages", "r");
+
+	if (f) {
+		if (fread(&c, 1, 1, f) != 1)
+			c = 'N';
+		fclose(f);
+	}
+	return c == 'Y' || c == '1';
+}
+
 static bool have_p2ptest(void)
 {
 	if (access(P2PT_DEVICE_PATH, F_OK) == 0)
@@ -669,6 +683,8 @@ static int t_p2p_get_put(void)
 	CHECK(st.entries == 16, "entries %u", st.entries);
 	CHECK(st.flags == 0, "flags 0x%x (BAR memory is not CPU-cacheable)", st.flags);
 	CHECK(st.uuid_nonzero, "gpu_uuid is all zero");
+	if (scatter_mode())
+		CHECK(!st.contiguous, "scatter_pages=1 but the pages are physically contiguous");
 	CHECK(st.phys_min >= info.bar_phys && st.phys_max + GPAGE <= info.bar_phys + info.bar_size,
 	      "page addresses 0x%llx..0x%llx outside the BAR", (unsigned long long)st.phys_min,
 	      (unsigned long long)st.phys_max);

@@ -22,6 +22,14 @@ trap unload EXIT
 
 "$BIN" "$@"
 
+# Again with non-contiguous BAR pages (what a fragmented GPU hands out).
+if [ $# -eq 0 ]; then
+	echo "# scatter_pages=1"
+	echo 1 > /sys/module/gpusim/parameters/scatter_pages
+	"$BIN" mmap_two_mappings exhaust p2p_get_put p2p_persistent
+	echo 0 > /sys/module/gpusim/parameters/scatter_pages
+fi
+
 # Every CPU mapping of the BAR must be write-combining: gpusim reserves it so, and a different
 # memtype showing up here would mean some path mapped it otherwise.
 PAT=/sys/kernel/debug/x86/pat_memtype_list
