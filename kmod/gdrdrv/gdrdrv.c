@@ -123,7 +123,13 @@ struct gdr_file {
 	struct list_head regions;
 	u64 next_handle;
 	bool handles_exhausted;
-	struct pid *tgid;		/* thread group allowed to use this file */
+	/*
+	 * The thread group allowed to use this file: its global id and its leader's start time
+	 * (ids are reused; the pair is not). Not a struct pid reference: put_pid() is GPL-only,
+	 * and the proprietary-flavor build must not use GPL-only symbols.
+	 */
+	pid_t owner_tgid;
+	u64 owner_start_time;
 	struct address_space mapping;	/* replaces filp->f_mapping */
 };
 
@@ -166,9 +172,16 @@ static bool force_pcie_supported(void)
 	return GDRDRV_NV_HAS_FORCE_BAR1 && persistent_mode();
 }
 
+static u64 current_group_start_time(void)
+{
+	/* exec by a non-leader thread hands the leader's start time to the new leader. */
+	return current->group_leader->start_time;
+}
+
 static bool caller_owns(const struct gdr_file *gf)
 {
-	return task_tgid(current) == gf->tgid;
+	return task_tgid_nr(current) == gf->owner_tgid &&
+	       current_group_start_time() == gf->owner_start_time;
 }
 
 /* Number of file pages a region occupies in its file's offset space. */
@@ -1029,7 +1042,8 @@ static int gdrdrv_open(struct inode *inode, struct file *filp)
 		return -ENOMEM;
 	mutex_init(&gf->lock);
 	INIT_LIST_HEAD(&gf->regions);
-	gf->tgid = get_pid(task_tgid(current));
+	gf->owner_tgid = task_tgid_nr(current);
+	gf->owner_start_time = current_group_start_time();
 
 	/* VMAs of this file are linked here, so zapping a handle reaches only this file's. */
 	address_space_init_once(&gf->mapping);
@@ -1062,7 +1076,6 @@ static int gdrdrv_release(struct inode *inode, struct file *filp)
 	}
 	filp->private_data = NULL;
 	filp->f_mapping = inode->i_mapping;
-	put_pid(gf->tgid);
 	kfree(gf);
 	return 0;
 }

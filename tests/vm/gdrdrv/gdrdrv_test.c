@@ -1192,6 +1192,113 @@ static int t_pin_efault(void)
 	return 0;
 }
 
+/* Two tiny pins inside one GPU page (upstream sanity basic_small_buffers_mapping). */
+static int t_small_buffers(void)
+{
+	int gs = gs_open(), fd = gdr_open();
+	uint64_t va = 0, h1 = 0, h2 = 0;
+	struct GDRDRV_IOC_GET_INFO_PARAMS i1;
+
+	CHECK(gs >= 0 && fd >= 0, "open");
+	CHECK_RET(gs_alloc(gs, GPAGE, &va), 0);
+	CHECK_RET(pin(fd, va, 8, &h1), 0);
+	CHECK_RET(pin(fd, va + 8, 8, &h2), 0);
+	CHECK(h1 != h2, "same handle twice");
+	CHECK_RET(get_info(fd, h2, &i1), 0);
+	CHECK(i1.va == va && i1.mapped_size == GPAGE, "second pin: va 0x%llx size 0x%llx",
+	      (unsigned long long)i1.va, (unsigned long long)i1.mapped_size);
+	void *p = gdr_map(fd, h1, GPAGE);
+
+	CHECK(p, "mapping the aligned pin: %s", strerror(errno));
+	CHECK(!gdr_map(fd, h2, GPAGE) && errno == EINVAL, "mapping the unaligned pin: %s",
+	      strerror(errno));
+	CHECK_OK(munmap(p, GPAGE));
+	CHECK_RET(unpin(fd, h1), 0);
+	CHECK_RET(unpin(fd, h2), 0);
+	close(fd);
+	CHECK_RET(gs_free(gs, va), 0);
+	return 0;
+}
+
+/* One buffer pinned and mapped twice; freeing a second buffer leaves both alone. */
+static int t_two_mappings(void)
+{
+	int gs = gs_open(), fd = gdr_open();
+	uint64_t va = 0, va2 = 0, h1 = 0, h2 = 0, h3 = 0;
+	uint32_t v = 0, flag = 0;
+
+	CHECK(gs >= 0 && fd >= 0, "open");
+	CHECK_RET(gs_alloc(gs, 2 * GPAGE, &va), 0);
+	CHECK_RET(gs_alloc(gs, GPAGE, &va2), 0);
+	CHECK_RET(pin(fd, va, 2 * GPAGE, &h1), 0);
+	CHECK_RET(pin(fd, va, 2 * GPAGE, &h2), 0);
+	CHECK_RET(pin(fd, va2, GPAGE, &h3), 0);
+	void *a = gdr_map(fd, h1, 2 * GPAGE), *b = gdr_map(fd, h2, 2 * GPAGE);
+	void *c = gdr_map(fd, h3, GPAGE);
+
+	CHECK(a && b && c, "mmap: %s", strerror(errno));
+	fill(a, 2 * GPAGE, 11);
+	CHECK(verify(b, 2 * GPAGE, 11) < 0, "second mapping does not see the first's stores");
+	fill(b, 2 * GPAGE, 12);
+	CHECK(verify(a, 2 * GPAGE, 12) < 0, "first mapping does not see the second's stores");
+	CHECK(probe_write(c, 5) == 0, "third mapping");
+	CHECK_RET(gs_free(gs, va2), 0);
+	CHECK(verify(a, 2 * GPAGE, 12) < 0, "freeing another buffer broke this one");
+	CHECK_RET(get_cb_flag(fd, h1, &flag), 0);
+	CHECK(flag == 0, "cb flag %u on a buffer that was not freed", flag);
+	CHECK_RET(get_cb_flag(fd, h3, &flag), 0);
+	CHECK(flag == (persistent ? 0u : 1u), "cb flag %u of the freed buffer", flag);
+	CHECK(probe_read(c, &v) == (persistent ? 0 : SIGBUS), "freed buffer's mapping");
+	CHECK_OK(munmap(a, 2 * GPAGE));
+	CHECK_OK(munmap(b, 2 * GPAGE));
+	CHECK_OK(munmap(c, GPAGE));
+	CHECK_RET(unpin(fd, h1), 0);
+	CHECK_RET(unpin(fd, h2), 0);
+	CHECK_RET(unpin(fd, h3), 0);
+	close(fd);
+	CHECK_RET(gs_free(gs, va), 0);
+	return 0;
+}
+
+/*
+ * The file's last reference is dropped in another process (upstream sanity
+ * leakage_pin_pages_fork): the release there gives back the opener's pins.
+ */
+static int t_release_in_child(void)
+{
+	int gs = gs_open(), fd = gdr_open();
+	int go[2];
+	uint64_t va = 0, h = 0, got = 0;
+
+	CHECK(gs >= 0 && fd >= 0, "open");
+	CHECK_OK(pipe(go));
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		char c;
+
+		/* Hold the inherited copy until the parent has pinned and closed its own. */
+		close(go[1]);
+		if (read(go[0], &c, 1) != 1)
+			_exit(1);
+		close(fd);	/* last reference: release runs here, in the child */
+		_exit(0);
+	}
+	close(go[0]);
+	CHECK_RET(gs_alloc(gs, 2 * GPAGE, &va), 0);
+	CHECK_RET(pin(fd, va, 2 * GPAGE, &h), 0);
+	CHECK_RET(pin(fd, va, GPAGE, &h), 0);
+	CHECK(gs_active_pins(gs) == 2, "pins");
+	close(fd);
+	CHECK(gs_active_pins(gs) == 2, "pins released while the child holds the file");
+	CHECK(write(go[1], "x", 1) == 1, "write");
+	CHECK(wait_child(pid) == 0, "child");
+	CHECK(wait_pins(gs, 0, &got) == 0, "%" PRIu64 " pins left after the child's release", got);
+	CHECK_RET(gs_free(gs, va), 0);
+	close(gs);
+	return 0;
+}
+
 /* ---- concurrency ----------------------------------------------------------------------- */
 
 struct worker {
@@ -1438,6 +1545,9 @@ static const struct test tests[] = {
 	{ "fd_passing", t_fd_passing },
 	{ "release_with_mappings", t_release_with_mappings },
 	{ "pin_efault", t_pin_efault },
+	{ "small_buffers", t_small_buffers },
+	{ "two_mappings", t_two_mappings },
+	{ "release_in_child", t_release_in_child },
 	{ "threads", t_threads },
 	{ "processes", t_processes },
 	{ "races", t_races },
