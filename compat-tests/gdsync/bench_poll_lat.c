@@ -13,6 +13,7 @@
  * CPU seeing the GPU's write), and gds/raw ratios of the medians.
  *
  * Usage: bench_poll_lat [-n iterations per mode] [-b block] [-s spin_us before the CPU write]
+ *                       [-t round-trip timeout in ms, default 100]
  */
 #define _GNU_SOURCE
 #include <gdsync.h>
@@ -49,12 +50,13 @@ static double pct(double *v, int n, double p)
 
 int main(int argc, char **argv)
 {
-	int n = 2000, block = 100, spin_us = 10, opt;
-	while ((opt = getopt(argc, argv, "n:b:s:")) != -1) {
+	int n = 2000, block = 100, spin_us = 10, timeout_ms = 100, opt;
+	while ((opt = getopt(argc, argv, "n:b:s:t:")) != -1) {
 		if (opt == 'n') n = atoi(optarg);
 		else if (opt == 'b') block = atoi(optarg);
 		else if (opt == 's') spin_us = atoi(optarg);
-		else { fprintf(stderr, "usage: %s [-n iters] [-b block] [-s spin_us]\n", argv[0]); return 2; }
+		else if (opt == 't') timeout_ms = atoi(optarg);
+		else { fprintf(stderr, "usage: %s [-n iters] [-b block] [-s spin_us] [-t timeout_ms]\n", argv[0]); return 2; }
 	}
 	if (n < 10 || block < 1) return 2;
 	CUdevice dev;
@@ -119,7 +121,7 @@ int main(int argc, char **argv)
 				double t2 = now_us();
 				__atomic_store_n(flag, i, __ATOMIC_RELEASE);
 				while (__atomic_load_n(ack, __ATOMIC_ACQUIRE) != i) {
-					if (now_us() - t2 > 100000) { timeouts++; break; }
+					if (now_us() - t2 > timeout_ms * 1000.0) { timeouts++; break; }
 				}
 				double t3 = now_us();
 				post[m][cnt[m]] = t1 - t0;
@@ -143,7 +145,7 @@ int main(int argc, char **argv)
 	printf("ratio gds/raw: enqueue %.2f, round trip %.2f; gds/batch: enqueue %.2f, round trip %.2f\n",
 	       med_post[GDS] / med_post[RAW], med_rtt[GDS] / med_rtt[RAW], med_post[GDS] / med_post[BATCH],
 	       med_rtt[GDS] / med_rtt[BATCH]);
-	printf("stream already drained before the CPU write: %d times; round-trip timeouts (100 ms): %d\n", not_blocked, timeouts);
+	printf("stream already drained before the CPU write: %d times; round-trip timeouts (%d ms): %d\n", not_blocked, timeout_ms, timeouts);
 	gds_free_mapped_memory(&mem);
 	return timeouts ? 1 : 0;
 }
