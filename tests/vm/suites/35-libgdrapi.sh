@@ -53,7 +53,7 @@ run_rust_tests() { # <label>
 			if grep '^SKIP' "$out" | grep -v 'open_without_gdrdrv_returns_null'; then
 				fail "$1: $(basename "$t"): tests skipped inside the VM"
 			else
-				grep -E 'gdrdrv in .* mode' "$out" | sort -u | sed 's/^/# /'
+				grep -oE '[a-z_]+: gdrdrv in [a-z-]+ mode' "$out" | sort -u | sed 's/^/# /'
 				pass "$1: $(basename "$t") ($(grep -E '^test result' "$out" | tail -n1))"
 			fi
 		else
