@@ -12,18 +12,57 @@ use std::time::{Duration, Instant};
 /// memory they point into is not released while the operation is queued or running (see
 /// [`Stream::wait_untouched`]).
 pub enum Op {
-    Copy { dst: u64, src: u64, len: u64 },
-    Fill { dst: u64, count: u64, elem: Elem },
-    Write32 { addr: u64, value: u32, barrier: bool },
-    Write64 { addr: u64, value: u64, barrier: bool },
-    Wait32 { addr: u64, value: u32, cond: u32, flush: bool },
-    Wait64 { addr: u64, value: u64, cond: u32, flush: bool },
+    Copy {
+        dst: u64,
+        src: u64,
+        len: u64,
+    },
+    Fill {
+        dst: u64,
+        count: u64,
+        elem: Elem,
+    },
+    Write32 {
+        addr: u64,
+        value: u32,
+        barrier: bool,
+    },
+    Write64 {
+        addr: u64,
+        value: u64,
+        barrier: bool,
+    },
+    Wait32 {
+        addr: u64,
+        value: u32,
+        cond: u32,
+        flush: bool,
+    },
+    Wait64 {
+        addr: u64,
+        value: u64,
+        cond: u32,
+        flush: bool,
+    },
     /// FLUSH_REMOTE_WRITES and BARRIER: a full fence.
     Fence,
-    Record { ev: Arc<Event>, generation: u64 },
-    WaitEvent { ev: Arc<Event>, generation: u64 },
-    Callback { f: unsafe extern "C" fn(CUstream, CUresult, *mut c_void), stream: usize, data: usize },
-    HostFn { f: unsafe extern "C" fn(*mut c_void), data: usize },
+    Record {
+        ev: Arc<Event>,
+        generation: u64,
+    },
+    WaitEvent {
+        ev: Arc<Event>,
+        generation: u64,
+    },
+    Callback {
+        f: unsafe extern "C" fn(CUstream, CUresult, *mut c_void),
+        stream: usize,
+        data: usize,
+    },
+    HostFn {
+        f: unsafe extern "C" fn(*mut c_void),
+        data: usize,
+    },
     Batch(Vec<Op>),
 }
 
@@ -35,7 +74,9 @@ impl Op {
     /// True when the operation accesses memory in `[lo, hi)`.
     fn touches(&self, lo: u64, hi: u64) -> bool {
         match self {
-            Op::Copy { dst, src, len } => overlap(*dst, *len, lo, hi) || overlap(*src, *len, lo, hi),
+            Op::Copy { dst, src, len } => {
+                overlap(*dst, *len, lo, hi) || overlap(*src, *len, lo, hi)
+            }
             Op::Fill { dst, count, elem } => overlap(*dst, count * elem.size(), lo, hi),
             Op::Write32 { addr, .. } | Op::Wait32 { addr, .. } => overlap(*addr, 4, lo, hi),
             Op::Write64 { addr, .. } | Op::Wait64 { addr, .. } => overlap(*addr, 8, lo, hi),
@@ -89,7 +130,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Stream {
     /// Creates the stream and starts its worker thread.
-    pub fn spawn(handle: u64, ctx: u64, flags: u32, priority: i32, timeout: Option<Duration>) -> std::io::Result<Arc<Stream>> {
+    pub fn spawn(
+        handle: u64,
+        ctx: u64,
+        flags: u32,
+        priority: i32,
+        timeout: Option<Duration>,
+    ) -> std::io::Result<Arc<Stream>> {
         let s = Arc::new(Stream {
             handle,
             ctx,
@@ -109,7 +156,9 @@ impl Stream {
             timeout,
         });
         let w = Arc::clone(&s);
-        std::thread::Builder::new().name(format!("cudasim-stream-{handle:x}")).spawn(move || w.worker())?;
+        std::thread::Builder::new()
+            .name(format!("cudasim-stream-{handle:x}"))
+            .spawn(move || w.worker())?;
         Ok(s)
     }
 
@@ -169,7 +218,8 @@ impl Stream {
     pub fn wait_untouched(&self, lo: u64, hi: u64) {
         let mut q = lock(&self.q);
         loop {
-            let busy = q.running.iter().any(|&(a, n)| overlap(a, n, lo, hi)) || q.ops.iter().any(|o| o.touches(lo, hi));
+            let busy = q.running.iter().any(|&(a, n)| overlap(a, n, lo, hi))
+                || q.ops.iter().any(|o| o.touches(lo, hi));
             if !busy || q.exited {
                 return;
             }
@@ -242,18 +292,40 @@ impl Stream {
             Op::Copy { dst, src, len } => unsafe { exec::copy(*dst, *src, *len) },
             // SAFETY: see above; alignment checked at enqueue.
             Op::Fill { dst, count, elem } => unsafe { exec::fill(*dst, *count, *elem) },
-            // SAFETY: see above; 4-byte alignment checked at enqueue.
-            Op::Write32 { addr, value, barrier } => unsafe { exec::store32(*addr, *value, *barrier) },
-            // SAFETY: see above; 8-byte alignment checked at enqueue.
-            Op::Write64 { addr, value, barrier } => unsafe { exec::store64(*addr, *value, *barrier) },
-            Op::Wait32 { addr, value, cond, flush } => {
+            Op::Write32 {
+                addr,
+                value,
+                barrier,
+            } => {
+                // SAFETY: see above; 4-byte alignment checked at enqueue.
+                unsafe { exec::store32(*addr, *value, *barrier) }
+            }
+            Op::Write64 {
+                addr,
+                value,
+                barrier,
+            } => {
+                // SAFETY: see above; 8-byte alignment checked at enqueue.
+                unsafe { exec::store64(*addr, *value, *barrier) }
+            }
+            Op::Wait32 {
+                addr,
+                value,
+                cond,
+                flush,
+            } => {
                 // SAFETY: see above.
                 self.spin_until(|| exec::cond32(unsafe { exec::load32(*addr) }, *value, *cond))?;
                 if *flush {
                     fence(Ordering::SeqCst);
                 }
             }
-            Op::Wait64 { addr, value, cond, flush } => {
+            Op::Wait64 {
+                addr,
+                value,
+                cond,
+                flush,
+            } => {
                 // SAFETY: see above.
                 self.spin_until(|| exec::cond64(unsafe { exec::load64(*addr) }, *value, *cond))?;
                 if *flush {
@@ -261,7 +333,9 @@ impl Stream {
                 }
             }
             Op::Fence => fence(Ordering::SeqCst),
-            Op::WaitEvent { ev, generation } => ev.wait_gen(*generation, &self.abort, self.timeout)?,
+            Op::WaitEvent { ev, generation } => {
+                ev.wait_gen(*generation, &self.abort, self.timeout)?
+            }
             Op::HostFn { f, data } => {
                 // SAFETY: user-registered host function and its argument (cuLaunchHostFunc).
                 unsafe { f(*data as *mut c_void) }
@@ -298,7 +372,10 @@ impl Stream {
                     return Err(err::CONTEXT_IS_DESTROYED);
                 }
                 if self.timeout.is_some_and(|t| start.elapsed() > t) {
-                    crate::log!("stream {:#x}: wait timed out, stream now in error", self.handle);
+                    crate::log!(
+                        "stream {:#x}: wait timed out, stream now in error",
+                        self.handle
+                    );
                     return Err(err::LAUNCH_TIMEOUT);
                 }
             }
@@ -324,7 +401,17 @@ pub struct Event {
 
 impl Event {
     pub fn new(handle: u64, ctx: u64, flags: u32) -> Event {
-        Event { handle, ctx, flags, st: Mutex::new(EvState { recorded: 0, completed: 0, time: None }), cv: Condvar::new() }
+        Event {
+            handle,
+            ctx,
+            flags,
+            st: Mutex::new(EvState {
+                recorded: 0,
+                completed: 0,
+                time: None,
+            }),
+            cv: Condvar::new(),
+        }
     }
 
     /// Starts a new record; returns its generation.
@@ -351,7 +438,11 @@ impl Event {
 
     pub fn query(&self) -> CUresult {
         let s = lock(&self.st);
-        if s.completed >= s.recorded { err::SUCCESS } else { err::NOT_READY }
+        if s.completed >= s.recorded {
+            err::SUCCESS
+        } else {
+            err::NOT_READY
+        }
     }
 
     pub fn synchronize(&self) {
@@ -362,7 +453,12 @@ impl Event {
         }
     }
 
-    fn wait_gen(&self, generation: u64, abort: &AtomicBool, timeout: Option<Duration>) -> Result<(), CUresult> {
+    fn wait_gen(
+        &self,
+        generation: u64,
+        abort: &AtomicBool,
+        timeout: Option<Duration>,
+    ) -> Result<(), CUresult> {
         let start = Instant::now();
         let mut s = lock(&self.st);
         while s.completed < generation {
@@ -372,7 +468,11 @@ impl Event {
             if timeout.is_some_and(|t| start.elapsed() > t) {
                 return Err(err::LAUNCH_TIMEOUT);
             }
-            s = self.cv.wait_timeout(s, Duration::from_millis(5)).unwrap_or_else(|p| p.into_inner()).0;
+            s = self
+                .cv
+                .wait_timeout(s, Duration::from_millis(5))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
         Ok(())
     }
