@@ -109,7 +109,7 @@ inits=$(grep -E 'calling init: .*libgdrapi' "$log1" | sed 's/.*calling init: //'
 echo "# libgdrapi initialised from: ${inits:-nothing}"
 check "the loader initialised our libgdrapi.so ($ours)" [ "$inits" = "$ours" ]
 check "NCCL found every gdr_* symbol it asked for" \
-    lacks 'ncclOsDlsym failed|Failed to initialize .* symbols|not available|Failed to open libgdrapi' "$log1"
+    lacks 'ncclOsDlsym failed|Failed to initialize .* symbols|gdr_[a-z0-9_]+(\(\))? not available|not available for .* backend|Failed to open libgdrapi' "$log1"
 check "NCCL reported no GDRCOPY version mismatch or wrapper error" \
     lacks 'Version mismatch|GDRCOPY lib wrapper not initialized' "$log1"
 if [ -e /dev/gdrdrv ]; then
