@@ -45,3 +45,10 @@ gcc -Wall -Wextra -Werror -O2 -g -pthread \
 	-o "$STAGE/bin/gpusim_test" "$REPO/tests/vm/gpusim/gpusim_test.c"
 
 # ---- other components: append steps below this line ---------------------------------------
+# Component hooks that stage their own test binaries (each documents what it produces).
+for hook in sim/cudasim/vm-stage.sh libgdrapi/tests/vm-build.sh; do
+	if [ -f "$REPO/$hook" ]; then
+		step "$hook"
+		REPO=$REPO STAGE=$STAGE bash "$REPO/$hook"
+	fi
+done
