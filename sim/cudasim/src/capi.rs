@@ -13,7 +13,12 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 /// panic cross into C.
 pub(crate) fn boundary(name: &'static str, f: impl FnOnce() -> R<()>) -> CUresult {
     match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => err::SUCCESS,
+        Ok(Ok(())) => {
+            if crate::log_level() >= 2 {
+                crate::log!("{name} -> CUDA_SUCCESS");
+            }
+            err::SUCCESS
+        }
         Ok(Err(e)) => {
             if e != err::NOT_READY {
                 crate::log!("{name} -> {} ({e})", error_entry(e).map_or("?", |x| x.1));

@@ -571,14 +571,12 @@ impl Driver {
     }
 
     pub fn ctx_synchronize(&self, c: &Context) -> CUresult {
-        let mut streams: Vec<Arc<Stream>> = self
-            .tables()
-            .streams
-            .values()
+        // Streams being destroyed still finish their work: they are in all_streams only.
+        let streams: Vec<Arc<Stream>> = lock(&self.all_streams)
+            .iter()
+            .filter_map(Weak::upgrade)
             .filter(|s| s.ctx == c.handle)
-            .cloned()
             .collect();
-        streams.extend(lock(&c.default_stream).clone());
         let mut res = err::SUCCESS;
         for s in streams {
             let e = s.synchronize();

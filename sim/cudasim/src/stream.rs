@@ -206,7 +206,13 @@ impl Stream {
         let mut q = lock(&self.q);
         q.closing = true;
         let dropped = q.ops.len() as u64;
-        q.ops.clear();
+        for op in q.ops.drain(..) {
+            // Events recorded behind dropped work still complete, so that nobody waiting on
+            // them (cuEventSynchronize, other streams) hangs.
+            if let Op::Record { ev, generation } = op {
+                ev.complete(generation);
+            }
+        }
         q.completed += dropped;
         self.cv.notify_all();
         while !q.exited {

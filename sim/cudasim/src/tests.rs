@@ -1104,15 +1104,21 @@ fn context_destroy_aborts_blocked_streams() {
     setup();
     // SAFETY: handles from the API.
     unsafe {
+        let mut ev = null_mut();
+        ok(cuEventCreate(&mut ev, 0)); // in the primary context: survives the teardown
         let mut c = null_mut();
         ok(cuCtxCreate_v2(&mut c, 0, 0));
         let s = stream();
         let p = alloc(4096);
         ok(cuStreamWaitValue32_v2(s, p, 1, CU_STREAM_WAIT_VALUE_EQ));
         ok(cuMemsetD8Async(p, 1, 4096, s));
+        ok(cuEventRecord(ev, s));
+        assert_eq!(cuEventQuery(ev), err::NOT_READY);
         let t = Instant::now();
         ok(cuCtxDestroy_v2(c));
         assert!(t.elapsed() < Duration::from_secs(5));
+        ok(cuEventSynchronize(ev)); // completed by the teardown, no hang
+        ok(cuEventDestroy_v2(ev));
         assert_eq!(cuStreamQuery(s), err::INVALID_HANDLE);
         let mut ty = 0u32;
         assert_eq!(
