@@ -297,6 +297,21 @@ static gdr_t check_open(void)
         CHECK(g == NULL, "gdr_open succeeded but EXPECT_OPEN=fail");
     if (expect && !strcmp(expect, "ok"))
         CHECK(g != NULL, "gdr_open failed but EXPECT_OPEN=ok");
+    if (logging) {
+        /* Threshold: GDRCOPY_LOG_LEVEL parsed like atoi (non-numeric = 0: everything), default 4
+         * (errors only). Logging is on whenever the variable exists, even as "0" or "". */
+        const char *lvl_s = getenv("GDRCOPY_LOG_LEVEL");
+        int lvl = lvl_s ? atoi(lvl_s) : 4;
+        if (lvl > 2)
+            CHECK(strstr(log, "INFO: ") == NULL, "INFO lines printed at log level %d", lvl);
+        if (lvl > 1)
+            CHECK(strstr(log, "DBG:  ") == NULL, "DBG lines printed at log level %d", lvl);
+        if (lvl <= 2 && !g && !have_dev)
+            CHECK(strstr(log, "INFO: gdrdrv is not installed or loaded") != NULL,
+                  "no INFO line about the missing gdrdrv at log level %d", lvl);
+        if (lvl <= 1 && g)
+            CHECK(strstr(log, "DBG:  ") != NULL, "no DBG line at log level %d", lvl);
+    }
     if (!g) {
         if (logging) {
             /* The reason, in upstream's words: the driver could not be opened, and no backend. */

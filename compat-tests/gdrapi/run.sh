@@ -237,6 +237,11 @@ run_consumer() { # exe [env...]: once silent, once with logging (stderr must exp
     "${run_env[@]}" EXPECT_OPEN=$expect_open "$@" "$exe" || return 1
     echo "--- with GDRCOPY_ENABLE_LOGGING=1 GDRCOPY_LOG_LEVEL=2"
     "${run_env[@]}" EXPECT_OPEN=$expect_open GDRCOPY_ENABLE_LOGGING=1 GDRCOPY_LOG_LEVEL=2 "$@" "$exe" || return 1
+    # Upstream enables logging when the variable merely exists; the default level is errors only.
+    echo "--- with GDRCOPY_ENABLE_LOGGING=0 (still on), default level"
+    "${run_env[@]}" EXPECT_OPEN=$expect_open GDRCOPY_ENABLE_LOGGING=0 "$@" "$exe" >/dev/null || return 1
+    echo "--- with GDRCOPY_ENABLE_LOGGING= GDRCOPY_LOG_LEVEL=debug (non-numeric: everything)"
+    "${run_env[@]}" EXPECT_OPEN=$expect_open GDRCOPY_ENABLE_LOGGING= GDRCOPY_LOG_LEVEL=debug "$@" "$exe" >/dev/null || return 1
 }
 step "build consumer (dlopen, NCCL style)" build_consumer consumer_dlopen -DCONSUMER_DLOPEN -ldl
 step "run consumer (dlopen, NCCL style)" run_consumer "$work/consumer_dlopen" EXPECT_LIB="$so"
