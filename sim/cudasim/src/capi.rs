@@ -20,7 +20,8 @@ pub(crate) fn boundary(name: &'static str, f: impl FnOnce() -> R<()>) -> CUresul
             err::SUCCESS
         }
         Ok(Err(e)) => {
-            if e != err::NOT_READY {
+            // NOT_READY is a normal answer; cuGetProcAddress logs its misses itself.
+            if e != err::NOT_READY && !name.starts_with("cuGetProcAddress") {
                 crate::log!("{name} -> {} ({e})", error_entry(e).map_or("?", |x| x.1));
             }
             e
@@ -426,6 +427,20 @@ export! {
             put_opt(least, 0);
             put_opt(greatest, -5);
         }
+        Ok(())
+    }
+}
+
+export! {
+    fn cuFlushGPUDirectRDMAWrites(target: c_uint, scope: c_uint) {
+        // target: CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX (0); scope: TO_OWNER (100)
+        // or TO_ALL_DEVICES (200). Inbound writes land in coherent memory here: a fence does it.
+        let d = d()?;
+        if target != 0 || (scope != 100 && scope != 200) {
+            return Err(err::INVALID_VALUE);
+        }
+        d.current()?;
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
 }

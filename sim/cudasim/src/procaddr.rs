@@ -53,6 +53,7 @@ table! {
     "cuCtxGetApiVersion" => [3020: cuCtxGetApiVersion],
     "cuCtxSynchronize" => [2000: cuCtxSynchronize],
     "cuCtxGetStreamPriorityRange" => [5050: cuCtxGetStreamPriorityRange],
+    "cuFlushGPUDirectRDMAWrites" => [11030: cuFlushGPUDirectRDMAWrites],
     "cuMemAlloc" => [3020: cuMemAlloc_v2],
     "cuMemFree" => [3020: cuMemFree_v2],
     "cuMemAllocHost" => [3020: cuMemAllocHost_v2],

@@ -189,6 +189,10 @@ fn context_stack() {
             err::INVALID_CONTEXT,
             "primary contexts are not destroyed by cuCtxDestroy"
         );
+        ok(cuFlushGPUDirectRDMAWrites(0, 100));
+        ok(cuFlushGPUDirectRDMAWrites(0, 200));
+        assert_eq!(cuFlushGPUDirectRDMAWrites(1, 100), err::INVALID_VALUE);
+        assert_eq!(cuFlushGPUDirectRDMAWrites(0, 0), err::INVALID_VALUE);
         // Retain/release pairs keep the same primary handle while a reference is held.
         let mut again = null_mut();
         ok(cuDevicePrimaryCtxRetain(&mut again, 0));
