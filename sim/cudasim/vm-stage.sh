@@ -13,7 +13,7 @@ set -euo pipefail
 
 REPO=${REPO:-$(cd "$(dirname "$0")/../.." && pwd)}
 cd "$REPO"
-DEST=${CUDASIM_STAGE_DIR:-$REPO/target/vmstage/bin/cudasim}
+DEST=${CUDASIM_STAGE_DIR:-${STAGE:-$REPO/target/vmstage}/bin/cudasim}
 mkdir -p "$DEST"
 
 # CUDASIM_STANDALONE=1: build a copy of the crate outside the workspace. cudasim has no

@@ -8,7 +8,7 @@
 # staged by sim/cudasim/vm-stage.sh on the host.
 set -euo pipefail
 
-BIN=$REPO/target/vmstage/bin/cudasim
+BIN=${STAGE_BIN:-$REPO/target/vmstage/bin}/cudasim
 STATS=/sys/kernel/debug/gpusim/stats
 
 [ -e /dev/gpusim ] || { echo "not ok - /dev/gpusim missing: gpusim not loaded"; exit 1; }
