@@ -1208,3 +1208,47 @@ fn unsupported_entry_points_say_so() {
         ok(cuMemFree_v2(p));
     }
 }
+
+/// Several threads allocate, queue work on their own streams, synchronise and free at once:
+/// the shared tables and per-stream queues must stay consistent.
+#[test]
+fn threads_hammer_the_driver_concurrently() {
+    let ctx = setup() as usize;
+    let workers: Vec<_> = (0..4u32)
+        .map(|t| {
+            std::thread::spawn(move || {
+                // SAFETY: handles from the API; buffers are live until freed at the end.
+                unsafe {
+                    ok(cuCtxSetCurrent(ctx as CUcontext));
+                    let s = stream();
+                    for i in 0..50u32 {
+                        let p = alloc(8192 + (i as usize) * 64);
+                        let v = t << 16 | i;
+                        ok(cuMemsetD32Async(p, v, 2048, s));
+                        ok(cuStreamWriteValue64_v2(s, p + 8, (v as u64) << 32, 0));
+                        ok(cuStreamWaitValue32_v2(
+                            s,
+                            p + 12,
+                            v,
+                            CU_STREAM_WAIT_VALUE_EQ,
+                        ));
+                        let mut out = [0u32; 4];
+                        ok(cuMemcpyDtoHAsync_v2(
+                            out.as_mut_ptr() as *mut c_void,
+                            p,
+                            16,
+                            s,
+                        ));
+                        ok(cuStreamSynchronize(s));
+                        assert_eq!(out, [v, v, 0, v]);
+                        ok(cuMemFree_v2(p));
+                    }
+                    ok(cuStreamDestroy_v2(s));
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+}
