@@ -41,6 +41,16 @@ fail() { FAILED+=("$*"); echo "VMTEST FAIL: $*"; }
 log() { echo "[guest $(cut -d' ' -f1 /proc/uptime)s] $*"; }
 
 log "kernel $(uname -r), $(nproc) CPUs, guest booted in $(cut -d' ' -f1 /proc/uptime)s"
+
+# scripts/vmtest froze this run's build products in $OUT/snapshot: put them over the live paths
+# (the host tree may be rebuilt by someone else while we run).
+if [ -n "$OUT" ] && [ -f "$OUT/snapshot/paths" ]; then
+	while read -r p; do
+		[ -e "$REPO/$p" ] || { echo "snapshot: $REPO/$p vanished"; continue; }
+		mount --bind "$OUT/snapshot/root/$p" "$REPO/$p" || fail "bind-mount snapshot of $p"
+	done < "$OUT/snapshot/paths"
+	log "running this run's build snapshot of: $(tr '\n' ' ' < "$OUT/snapshot/paths")"
+fi
 dmesg -n 1 2>/dev/null   # keep kernel messages off the console; we print them at the end
 
 # --- modules -------------------------------------------------------------------------------
