@@ -73,7 +73,11 @@ struct gpusim_query {
 
 /*
  * Errors: EINVAL bad argument or unknown address; ENOMEM BAR exhausted or VA space exhausted;
- * ENOTTY unknown command; EFAULT bad user pointer.
+ * ENOTTY unknown command; EFAULT bad user pointer; EACCES the file was opened by another process
+ * (a fork child or the receiver of a passed fd must open /dev/gpusim itself: its GPU address
+ * space is its own). mmap: EINVAL unless MAP_SHARED and the range lies inside one allocation;
+ * EACCES as above. Mappings are not inherited across fork (VM_DONTCOPY) and are write-combining;
+ * after FREE, access to an old mapping raises SIGBUS.
  */
 
 #endif /* GPUSIM_UAPI_H */
