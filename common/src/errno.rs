@@ -38,9 +38,17 @@ impl Errno {
         Errno(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
     }
 
-    /// The errno's symbolic description (`strerror`).
+    /// The errno's description exactly as C's `strerror` gives it (no "(os error N)" suffix).
     pub fn describe(self) -> String {
-        io::Error::from_raw_os_error(self.0).to_string()
+        // SAFETY: strerror returns a pointer to a NUL-terminated string owned by libc; we copy it
+        // before any other libc call could overwrite it (glibc's is thread-local for unknown
+        // values and static for known ones).
+        let p = unsafe { libc::strerror(self.0) };
+        if p.is_null() {
+            return format!("Unknown error {}", self.0);
+        }
+        // SAFETY: non-NULL strerror result is a valid C string (see above).
+        unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
     }
 }
 
@@ -92,5 +100,6 @@ mod tests {
         let e: Errno = io::Error::from_raw_os_error(libc::EACCES).into();
         assert_eq!(e, Errno::EACCES);
         assert!(e.to_string().contains("errno=13"));
+        assert_eq!(Errno::ENOENT.describe(), "No such file or directory");
     }
 }

@@ -316,13 +316,9 @@ static gdr_t check_open(void)
         if (logging) {
             /* The reason, in upstream's words: the driver could not be opened, and no backend. */
             if (!have_dev) {
-                CHECK(strstr(log, "ERR:  error opening driver (errno=2/") != NULL,
-                      "no 'error opening driver' line in stderr");
-                /* Upstream prints strerror() and nothing more. A known difference is reported,
-                 * not counted, until it is fixed (issue 3). */
-                if (!strstr(log, "ERR:  error opening driver (errno=2/No such file or directory)\n"))
-                    printf("# KNOWN DIFFERENCE (issue 3): 'error opening driver' line is not "
-                           "upstream's \"(errno=2/No such file or directory)\"\n");
+                /* Upstream's words exactly: errno and strerror(), nothing more. */
+                CHECK(strstr(log, "ERR:  error opening driver (errno=2/No such file or directory)\n") != NULL,
+                      "no 'error opening driver (errno=2/No such file or directory)' line in stderr");
             }
             CHECK(strstr(log, "gdrcopy requires gdrdrv or CUDA driver with dmabuf mmap support") != NULL,
                   "no 'requires gdrdrv or CUDA driver' line in stderr");

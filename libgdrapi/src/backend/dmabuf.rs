@@ -68,7 +68,7 @@ impl CudaApi {
     fn load() -> Result<CudaApi> {
         // Upstream opens only the unversioned development name; we also accept the runtime soname
         // so machines without the -dev symlink work (docs/upstream-behaviour.md).
-        let mut last_err = String::new();
+        let mut errors = Vec::new();
         let mut driver = None;
         for name in ["libcuda.so.1", "libcuda.so"] {
             match Driver::load(name) {
@@ -76,11 +76,11 @@ impl CudaApi {
                     driver = Some(d);
                     break;
                 }
-                Err(e) => last_err = e.to_string(),
+                Err(e) => errors.push(format!("{name}: {e}")),
             }
         }
         let Some(driver) = driver else {
-            gdr_err!("Failed to open libcuda.so: {last_err}");
+            gdr_err!("Failed to open libcuda.so: {}", errors.join("; "));
             return Err(Errno::ENOENT);
         };
         let version = driver.driver_version().map_err(|r| {
@@ -88,7 +88,11 @@ impl CudaApi {
             errno_of(r)
         })?;
         if version < CUDA_VERSION_REQUIRED {
-            gdr_err!("dma-buf mmap needs CUDA 13.3 or newer required; the driver supports CUDA {}.{}", version / 1000, version % 1000 / 10);
+            gdr_err!(
+                "dma-buf mmap needs a CUDA 13.3 or newer driver; this driver supports CUDA {}.{}",
+                version / 1000,
+                version % 1000 / 10
+            );
             return Err(Errno::ENOTSUP);
         }
         let get = |name: &CStr| -> Result<NonNull<c_void>> {
