@@ -1,0 +1,199 @@
+//! The dma-buf backend end to end, on any machine: the simulated libcuda (`sim/cudasim`) in
+//! host-memory mode exports allocations as memfd-backed dma-bufs when `CUDASIM_DMABUF=1`, and
+//! reports a CUDA 13.3 driver with `CUDASIM_DRIVER_VERSION=13030`.
+//!
+//! The dynamic loader reads `LD_LIBRARY_PATH` only at start-up, so the test re-executes itself
+//! with a directory holding `libcuda.so.1` → cudasim first on the path.
+
+use std::ffi::{c_int, c_uint, c_void};
+use std::path::PathBuf;
+use std::process::Command;
+
+use gdrapi::abi::*;
+use gdrapi::{Attribute, Errno, Gdr, MappingType, capi};
+use gpudirect_common::cuda::{Driver, as_fn};
+
+const CHILD: &str = "GDRAPI_DMABUF_TEST_CHILD";
+const SIZE: usize = 1 << 20;
+
+/// The cudasim library next to the test's profile directory, if it was built.
+fn cudasim_library() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let profile = exe.parent()?.parent()?;
+    let lib = profile.join("libcuda.so");
+    lib.exists().then_some(lib)
+}
+
+fn run_in_child(test: &str) {
+    let Some(sim) = cudasim_library() else {
+        println!("SKIP {test}: missing the simulated libcuda (cargo build --release -p cudasim)");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("gdrapi-dmabuf-{}-{test}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["libcuda.so.1", "libcuda.so"] {
+        let link = dir.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&sim, &link).unwrap();
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("CUDASIM_DMABUF", "1")
+        .env("CUDASIM_DRIVER_VERSION", "13030")
+        .env("GDRCOPY_USE_DMABUF_MMAP", "1")
+        .env("GDRCOPY_ENABLE_LOGGING", "1")
+        .env("GDRCOPY_LOG_LEVEL", "3")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child run of {test} failed:\n{text}");
+    assert!(text.contains("1 passed"), "child did not run {test}:\n{text}");
+}
+
+/// The few CUDA calls the test makes itself, through the same loader the library uses.
+struct Cuda {
+    _driver: Driver,
+    mem_alloc: unsafe extern "C" fn(*mut u64, usize) -> c_int,
+    mem_free: unsafe extern "C" fn(u64) -> c_int,
+    htod: unsafe extern "C" fn(u64, *const c_void, usize) -> c_int,
+    dtoh: unsafe extern "C" fn(*mut c_void, u64, usize) -> c_int,
+}
+
+impl Cuda {
+    fn init() -> Cuda {
+        let driver = Driver::load("libcuda.so.1").expect("cudasim on LD_LIBRARY_PATH");
+        let get = |n: &std::ffi::CStr| driver.resolve(n, 12000).unwrap_or_else(|r| panic!("{n:?}: {r}"));
+        // SAFETY: each symbol is resolved by name at CUDA 12.0 and cast to its cuda.h signature.
+        unsafe {
+            let init: unsafe extern "C" fn(c_uint) -> c_int = as_fn(get(c"cuInit"));
+            let retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int = as_fn(get(c"cuDevicePrimaryCtxRetain"));
+            let set: unsafe extern "C" fn(*mut c_void) -> c_int = as_fn(get(c"cuCtxSetCurrent"));
+            assert_eq!(init(0), 0);
+            let mut ctx = std::ptr::null_mut();
+            assert_eq!(retain(&mut ctx, 0), 0);
+            assert_eq!(set(ctx), 0);
+            Cuda {
+                mem_alloc: as_fn(get(c"cuMemAlloc")),
+                mem_free: as_fn(get(c"cuMemFree")),
+                htod: as_fn(get(c"cuMemcpyHtoD")),
+                dtoh: as_fn(get(c"cuMemcpyDtoH")),
+                _driver: driver,
+            }
+        }
+    }
+
+    fn alloc(&self, size: usize) -> u64 {
+        let mut p = 0u64;
+        // SAFETY: p is a valid out pointer.
+        assert_eq!(unsafe { (self.mem_alloc)(&mut p, size) }, 0);
+        p
+    }
+
+    fn read(&self, src: u64, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        // SAFETY: v holds len writable bytes; src is a live allocation of at least len bytes.
+        assert_eq!(unsafe { (self.dtoh)(v.as_mut_ptr().cast(), src, len) }, 0);
+        v
+    }
+
+    fn write(&self, dst: u64, data: &[u8]) {
+        // SAFETY: data is a live slice; dst is a live allocation of at least data.len() bytes.
+        assert_eq!(unsafe { (self.htod)(dst, data.as_ptr().cast(), data.len()) }, 0);
+    }
+
+    fn free(&self, p: u64) {
+        // SAFETY: p came from cuMemAlloc and is freed once.
+        assert_eq!(unsafe { (self.mem_free)(p) }, 0);
+    }
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+#[test]
+fn dma_buf_backend_pins_maps_and_copies() {
+    if std::env::var_os(CHILD).is_none() {
+        return run_in_child("dma_buf_backend_pins_maps_and_copies");
+    }
+    let cuda = Cuda::init();
+    let gdr = Gdr::open().expect("dma-buf backend with cudasim");
+    assert_eq!(gdr.attribute(Attribute::UsingDmaBufMmap), Ok(1));
+    assert_eq!(gdr.attribute(Attribute::UsePersistentMapping), Ok(1));
+    assert_eq!(gdr.attribute(Attribute::SupportPinFlagForcePcie), Ok(1));
+    assert_eq!(gdr.driver_version(), Err(Errno::EBADF));
+
+    let dptr = cuda.alloc(SIZE);
+    {
+        let buf = gdr.pin(dptr, SIZE as u64).unwrap();
+        let page = gdrapi::cpu_mapping::HostPage::get();
+        let info = buf.info().unwrap();
+        assert_eq!((info.va, info.mapped_size, info.page_size as usize), (dptr, SIZE as u64, page.size));
+        assert_eq!((info.tm_cycles, info.cycles_per_ms), (0, 0));
+        assert_eq!(info.mapping_type, MappingType::None);
+        assert_eq!(buf.invalidated(), Ok(false));
+
+        let mut map = buf.map().unwrap();
+        assert_eq!(map.mapping_type(), MappingType::WriteCombined);
+        assert_eq!(buf.info().unwrap().mapping_type, MappingType::WriteCombined);
+        // A second mapping of the same handle is refused while the first lives.
+        assert!(matches!(buf.map_as(SIZE, GDR_MAP_FLAG_DEFAULT), Err(Errno::EAGAIN)));
+
+        // Written through the mapping at odd offsets and sizes, read by the "GPU" (cuMemcpyDtoH).
+        for (off, len) in [(0usize, 1usize), (3, 17), (64, 4096), (4097, 65_535), (SIZE - 100, 100)] {
+            let data = pattern(off as u8, len);
+            map.write(off, &data).unwrap();
+            assert_eq!(cuda.read(dptr + off as u64, len), data, "GPU view after write at {off}+{len}");
+        }
+        // Written by the "GPU", read through the mapping.
+        let data = pattern(7, SIZE);
+        cuda.write(dptr, &data);
+        let mut back = vec![0u8; SIZE];
+        map.read(0, &mut back).unwrap();
+        assert_eq!(back, data);
+        // Outside the mapping: refused, not a fault.
+        assert_eq!(map.write(SIZE - 1, &[1, 2]), Err(Errno::EINVAL));
+    }
+
+    // A request for a type other than the pin-time one is refused; an unaligned pin cannot map.
+    {
+        let buf = gdr.pin(dptr, SIZE as u64).unwrap();
+        assert!(matches!(buf.map_as(SIZE, GDR_MAP_FLAG_REQ_CACHE_MAPPING), Err(Errno::EINVAL)));
+        let unaligned = gdr.pin(dptr + 100, 4096).unwrap();
+        assert!(matches!(unaligned.map_as(4096, GDR_MAP_FLAG_DEFAULT), Err(Errno::EINVAL)));
+    }
+
+    // The legacy gdr_get_info has no fd to talk to in this backend: EBADF, as upstream.
+    let g = capi::gdr_open();
+    assert!(!g.is_null());
+    let mut mh = GdrMh { h: 0 };
+    assert_eq!(capi::gdr_pin_buffer_v2(g, dptr as _, SIZE, 0, &mut mh), 0);
+    let mut v1 = GdrInfoV1::default();
+    assert_eq!(capi::gdr_get_info(g, mh, &mut v1), libc_ebadf());
+    assert_eq!(capi::gdr_close(g), 0);
+    cuda.free(dptr);
+}
+
+fn libc_ebadf() -> c_int {
+    Errno::EBADF.0
+}
+
+#[test]
+fn dma_buf_backend_refuses_an_old_driver() {
+    if std::env::var_os(CHILD).is_none() {
+        let Some(_) = cudasim_library() else {
+            println!("SKIP dma_buf_backend_refuses_an_old_driver: missing the simulated libcuda");
+            return;
+        };
+        return run_in_child("dma_buf_backend_refuses_an_old_driver");
+    }
+    // The child inherits CUDASIM_DRIVER_VERSION=13030; this case needs an older driver.
+    // SAFETY: the test process runs this test alone (--test-threads=1) and sets the variable
+    // before anything reads it (libcuda is loaded only by gdr_open below).
+    unsafe { std::env::set_var("CUDASIM_DRIVER_VERSION", "13000") };
+    let g = capi::gdr_open();
+    assert!(g.is_null(), "a CUDA 13.0 driver must not give a dma-buf backend");
+}
