@@ -30,6 +30,12 @@ bad() { FAILS+=("$*"); echo "gdrcopy-tools: FAIL: $*"; }
 [ -e "$STAGE_LIB/libcuda.so.1" ] && [ -e "$STAGE_LIB/libgdrapi.so.2" ] ||
 	die "STAGE_LIB ($STAGE_LIB) lacks libcuda.so.1 or libgdrapi.so.2"
 
+# gpusim's counters: the tools must leave no pins and no device memory behind.
+STATS=/sys/kernel/debug/gpusim/stats
+stat_of() { awk -v k="$1:" '$1 == k { print $2 }' "$STATS" 2>/dev/null; }
+PINS0=$(stat_of active_pins)
+FREE0=$(stat_of free_pages)
+
 WORK=$(mktemp -d /tmp/gdrcopy-tools.XXXXXX)
 restore() {
 	local rc=$?
@@ -41,7 +47,8 @@ restore() {
 }
 trap restore EXIT
 
-# --- binaries: built on the host by tests/vm/build-host.sh, else here from the sources --------
+# --- binaries: built on the host (tools/gdrcopy/vm-build.sh, run by tests/vm/build-host.sh),
+# else here from the sources ---------------------------------------------------------------------
 if [ -x "${STAGE_BIN:-/nonexistent}/gdrcopy_sanity" ]; then
 	BIN=$STAGE_BIN
 	step "using the host-built tools in $BIN"
@@ -144,6 +151,13 @@ SANITY_ENV=$DMABUF_ENV sanity dmabuf
 # shellcheck disable=SC2086
 run 0 "copybw (dma-buf)" env $DMABUF_ENV "$BIN/gdrcopy_copybw" -s 131072 -w 20 -r 10
 grep -q '^info.page_size: 4096$' "$WORK/out.txt" || bad "copybw (dma-buf): not on the dma-buf backend (page size)"
+
+if [ -n "$PINS0" ]; then
+	[ "$(stat_of active_pins)" = "$PINS0" ] || bad "gpusim active_pins $(stat_of active_pins), was $PINS0 before the suite"
+	[ "$(stat_of free_pages)" = "$FREE0" ] || bad "gpusim free_pages $(stat_of free_pages), was $FREE0 before the suite"
+else
+	echo "gdrcopy-tools: $STATS not readable: leak check skipped"
+fi
 
 if [ ${#FAILS[@]} -ne 0 ]; then
 	printf 'gdrcopy-tools: %s\n' "${FAILS[@]}"
