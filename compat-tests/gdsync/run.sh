@@ -5,7 +5,7 @@
 #   3. the exported dynamic symbol set equals symbols.expected, soname libgdsync.so.2, no libcuda/
 #      libibverbs/libgdrapi link dependency;
 #   4. the descriptor suite on a stream of the simulated libcuda (sim/cudasim), default env and
-#      with NOR waits enabled, plus an ASan/UBSan build of it.
+#      with NOR waits enabled, plus an ASan/UBSan build of it (and valgrind with VALGRIND=1).
 # Exits non-zero on any failure. Needs cuda.h (fetched by fetch-cuda-headers.sh) and
 # libibverbs-dev. Set NO_BUILD=1 to reuse target/release as it is.
 set -euo pipefail
@@ -87,6 +87,12 @@ if [ -z "${NO_SANITIZERS:-}" ]; then
         -o "$out/stream_suite_asan" -L"$out/lib" -lgdsync -lcuda -lpthread
     ASAN_OPTIONS=detect_leaks=1 timeout 300 "$out/stream_suite_asan" 2> "$out/suite-asan.err" >/dev/null \
         || { bad "stream_suite under ASan/UBSan"; grep -E 'ERROR|runtime error|FAIL' "$out/suite-asan.err" | head -20; }
+fi
+
+if [ -n "${VALGRIND:-}" ] && command -v valgrind >/dev/null; then
+    step "descriptor suite under valgrind (VALGRIND=1)"
+    timeout 900 valgrind -q --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite \
+        "$out/stream_suite" > /dev/null 2> "$out/suite-valgrind.err" || { bad "stream_suite under valgrind"; grep -E '^==' "$out/suite-valgrind.err" | head -20; }
 fi
 
 if [ $fail -ne 0 ]; then echo "gdsync compat tests: FAILED"; exit 1; fi
