@@ -137,6 +137,7 @@ struct gdr_region {
 	struct list_head node;		/* in gdr_file.regions, under gdr_file.lock */
 	struct gdr_file *file;
 	gdr_hnd_t handle;
+	bool published;			/* handle assigned and on the list (see region_zap) */
 
 	/* Immutable after the pin ioctl. */
 	u64 va;				/* pinned start, 64 KiB aligned */
@@ -249,8 +250,14 @@ static void region_unreserve(struct gdr_region *r);
 static void region_zap(struct gdr_region *r)
 {
 	lockdep_assert_held(&r->sem);
-	unmap_mapping_range(&r->file->mapping, (loff_t)r->handle << PAGE_SHIFT,
-			    r->mapped_size, 1);
+	/*
+	 * A free callback may run before the pin ioctl has assigned the handle. Such a region has
+	 * never been mapped (mmap finds regions through the list), and its handle field does not
+	 * name its file range yet.
+	 */
+	if (READ_ONCE(r->published))
+		unmap_mapping_range(&r->file->mapping, (loff_t)r->handle << PAGE_SHIFT,
+				    r->mapped_size, 1);
 	r->mapping_type = GDR_MR_NONE;
 	region_unreserve(r);
 }
@@ -493,6 +500,7 @@ static int pin_region(struct gdr_file *gf, u64 addr, u64 size, u64 p2p_token, u3
 	gf->next_handle = (r->handle + region_file_pages(r->mapped_size)) & GDRDRV_HANDLE_MASK;
 	if (gf->next_handle <= r->handle)
 		gf->handles_exhausted = true;
+	WRITE_ONCE(r->published, true);
 	list_add(&r->node, &gf->regions);
 	mutex_unlock(&gf->lock);
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT OR GPL-2.0
 /*
- * nv-p2p-dummy - build helper, never loaded.
+ * nv-p2p-dummy - build helper (module name "nvidia"), never installed or loaded.
  *
  * When gdrdrv is built without the Module.symvers of a module that really provides the
  * nvidia_p2p_* API (the NVIDIA driver, or the test-only gpusim), modpost needs some module that
