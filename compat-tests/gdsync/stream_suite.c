@@ -407,14 +407,16 @@ static void test_legacy_21_helpers(uint32_t *words)
 	PASS();
 }
 
-static void test_verbs_half_reports_enosys(void)
+/* Verbs entry points with objects that are not ours: EINVAL, nothing crashes (the real QP/CQ paths
+ * are covered by verbs_loopback.c on soft-RoCE in the VM). */
+static void test_verbs_foreign_objects(void)
 {
 	struct gds_cq cq = { NULL, 0 };
 	gds_wait_request_t *wr = calloc(1, sizeof(*wr));
-	CHECK(gds_prepare_wait_cq(&cq, wr, 0) == ENOSYS, "prepare_wait_cq");
+	CHECK(gds_prepare_wait_cq(&cq, wr, 0) == EINVAL, "prepare_wait_cq");
 	CHECK(cq.curr_offset == 1 && wr->peek.entries == GDS_WAIT_INFO_MAX_OPS, "request not initialised");
-	CHECK(gds_stream_wait_cq(stream ? stream : CU_STREAM_LEGACY, &cq, 0) == ENOSYS, "stream_wait_cq");
-	CHECK(gds_post_wait_cq(&cq, wr, 0) == ENOSYS, "post_wait_cq");
+	CHECK(gds_stream_wait_cq(stream ? stream : CU_STREAM_LEGACY, &cq, 0) == EINVAL, "stream_wait_cq");
+	CHECK(gds_post_wait_cq(&cq, wr, 0) == EINVAL, "post_wait_cq");
 	free(wr);
 	CHECK(gds_create_qp(NULL, NULL, NULL, 0, 0) == NULL && errno == EINVAL, "create_qp NULL args");
 	CHECK(gds_destroy_qp(NULL) == 0, "destroy_qp(NULL)");
@@ -459,7 +461,7 @@ int main(int argc, char **argv)
 	RUN(test_dword_wait_info(words + 192));
 	RUN(test_mapped_host_memory());
 	RUN(test_legacy_21_helpers(words + 224));
-	RUN(test_verbs_half_reports_enosys());
+	RUN(test_verbs_foreign_objects());
 	RUN(test_gpu_memory_stream_only());
 	if (gpu_cases)
 		RUN(test_mapped_gpu_memory());

@@ -961,14 +961,14 @@ mod tests {
     }
 
     #[test]
-    fn verbs_entry_points_report_enosys_after_argument_checks() {
+    fn verbs_entry_points_check_arguments() {
         let mut cq = GdsCq { cq: std::ptr::null_mut(), curr_offset: 7 };
         // SAFETY: all-zero is a valid request.
         let mut req: Box<WaitRequest> = Box::new(unsafe { std::mem::zeroed() });
         // SAFETY: valid pointers / NULL where intended.
         unsafe {
             assert_eq!(gds_prepare_wait_cq(&mut cq, &mut *req, 1), libc::EINVAL);
-            assert_eq!(gds_prepare_wait_cq(&mut cq, &mut *req, 0), libc::ENOSYS);
+            assert_eq!(gds_prepare_wait_cq(&mut cq, &mut *req, 0), libc::EINVAL, "not a CQ of a gds QP");
             assert_eq!(cq.curr_offset, 8, "the CQE index is claimed as upstream does");
             assert_eq!(req.peek.offset, 7);
             assert_eq!(req.peek.entries, 32);
@@ -982,9 +982,18 @@ mod tests {
             let mut attr = [0u8; 152];
             let (pd, ctx) = (8usize as *mut c_void, 16usize as *mut c_void);
             assert!(gds_create_qp(pd, ctx, attr.as_mut_ptr().cast(), 0, 0x40).is_null());
-            assert!(gds_create_qp(pd, ctx, attr.as_mut_ptr().cast(), 0, 0).is_null());
-            assert_eq!(*libc::__errno_location(), libc::ENOSYS);
-            assert_eq!(gds_post_wait_cq(&mut cq, &mut *req, 0), libc::ENOSYS);
+            assert_eq!(*libc::__errno_location(), libc::EINVAL);
+            assert!(gds_create_qp(pd, ctx, attr.as_mut_ptr().cast(), 16, 0).is_null(), "GPU id out of range");
+            assert_eq!(gds_post_wait_cq(&mut cq, &mut *req, 0), libc::EINVAL);
+            let mut fake = GdsQp {
+                qp: 8usize as *mut c_void,
+                send_cq: GdsCq { cq: std::ptr::null_mut(), curr_offset: 0 },
+                recv_cq: GdsCq { cq: std::ptr::null_mut(), curr_offset: 0 },
+                res_domain: std::ptr::null_mut(),
+                dev_context: std::ptr::null_mut(),
+            };
+            assert_eq!(gds_post_recv(&mut fake, std::ptr::null_mut(), std::ptr::null_mut()), libc::EINVAL, "unknown QP");
+            assert_eq!(gds_destroy_qp(&mut fake), libc::EINVAL, "unknown QP");
             assert_eq!(gds_post_recv(std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()), libc::EINVAL);
             // SAFETY: all-zero is a valid request.
             let mut s: Box<SendRequest> = Box::new(std::mem::zeroed());

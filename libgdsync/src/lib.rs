@@ -21,7 +21,9 @@ pub mod memops;
 pub mod mlx5;
 pub mod peer;
 pub mod provider;
+pub mod proxy;
 pub mod ranges;
+pub mod verbs;
 
 #[cfg(test)]
 mod testcuda;

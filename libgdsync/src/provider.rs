@@ -8,13 +8,12 @@
 //! implements the verbs-specific steps below, registering the memory its ops touch with
 //! [`crate::ranges::ranges`] (and [`crate::memmgr::memmgr`] for GPU visibility).
 //!
-//! This issue ships only [`Unsupported`]: every verbs entry point fails with `ENOSYS` (what MOFED's
-//! peer-direct entry points return when the provider lacks an op) and an error line.
+//! Providers: [`crate::proxy`] (CPU proxy thread, any rdma-core device).
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
-use gpudirect_common::{Errno, Result};
+use gpudirect_common::Result;
 
 use crate::abi::{GdsCq, GdsQp, SendRequest, WaitRequest};
 
@@ -71,42 +70,8 @@ pub trait Provider: Sync {
     unsafe fn abort_wait(&self, cq: NonNull<GdsCq>, peek_id: u64) -> Result<()>;
 }
 
-/// The provider of this release: verbs are not implemented yet.
-pub struct Unsupported;
-
-fn nosys(what: &str) -> Errno {
-    gds_err!(what, "QP/CQ (verbs) support is not implemented in this libgdsync yet: returning ENOSYS");
-    Errno::ENOSYS
-}
-
-impl Provider for Unsupported {
-    fn name(&self) -> &'static str {
-        "unsupported"
-    }
-    unsafe fn create_qp(&self, _: *mut c_void, _: *mut c_void, _: *mut c_void, _: i32, _: i32) -> Result<NonNull<GdsQp>> {
-        Err(nosys("gds_create_qp"))
-    }
-    unsafe fn destroy_qp(&self, _: NonNull<GdsQp>) -> Result<()> {
-        Err(nosys("gds_destroy_qp"))
-    }
-    unsafe fn post_recv(&self, _: NonNull<GdsQp>, _: *mut c_void, _: *mut *mut c_void) -> Result<()> {
-        Err(nosys("gds_post_recv"))
-    }
-    unsafe fn prepare_send(&self, _: NonNull<GdsQp>, _: *mut c_void, _: *mut *mut c_void, _: &mut SendRequest) -> Result<()> {
-        Err(nosys("gds_prepare_send"))
-    }
-    unsafe fn rollback_send(&self, _: NonNull<GdsQp>, _: u64) -> Result<()> {
-        Err(nosys("gds_rollback_send"))
-    }
-    unsafe fn prepare_wait(&self, _: NonNull<GdsCq>, _: &mut WaitRequest) -> Result<()> {
-        Err(nosys("gds_prepare_wait_cq"))
-    }
-    unsafe fn abort_wait(&self, _: NonNull<GdsCq>, _: u64) -> Result<()> {
-        Err(nosys("gds_post_wait_cq"))
-    }
-}
-
-/// The provider in use.
+/// The provider in use: the CPU proxy ([`crate::proxy`]), which works on every rdma-core device.
+/// `GDS_PROVIDER=proxy` names it explicitly; any other value is refused at `gds_create_qp`.
 pub fn provider() -> &'static dyn Provider {
-    &Unsupported
+    &crate::proxy::Proxy
 }
