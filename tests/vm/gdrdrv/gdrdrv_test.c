@@ -1520,6 +1520,32 @@ static int t_races(void)
 	return 0;
 }
 
+/*
+ * --hold: pin and map a few buffers, print "holding", then wait for EOF on stdin and exit
+ * without cleaning up. Lets the suite check that the module cannot be unloaded meanwhile.
+ */
+static int hold(void)
+{
+	int gs = gs_open(), fd = gdr_open();
+	struct buf b[3];
+	char c;
+
+	cur_test = "hold";
+	if (gs < 0 || fd < 0)
+		return 1;
+	for (int i = 0; i < 3; i++) {
+		if (buf_setup(&b[i], gs, fd, GPAGE, i != 1))
+			return 1;
+		if (b[i].cpu)
+			fill(b[i].cpu, b[i].size, 1);
+	}
+	printf("holding\n");
+	fflush(stdout);
+	while (read(0, &c, 1) > 0)
+		;
+	return 0;
+}
+
 /* ---- driver ------------------------------------------------------------------------------ */
 
 struct test {
@@ -1596,6 +1622,9 @@ int main(int argc, char **argv)
 		printf("not ok - setup: %s or %s missing\n", GPUSIM_DEVICE_PATH, GDRDRV_PATH);
 		return 1;
 	}
+	for (int a = 1; a < argc; a++)
+		if (!strcmp(argv[a], "--hold"))
+			return hold();
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		bool want = true;
 

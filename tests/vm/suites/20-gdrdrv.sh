@@ -64,6 +64,37 @@ check_node() {
 		fail "/dev/gdrdrv is $(stat -c '%t:%T %a' /dev/gdrdrv), want major $major minor 0 mode 666"
 }
 
+# PAT (x86): memtype entries on the BAR, one line each "<start> <end> <type>". Our WC mappings
+# register their BAR runs while mapped; after the tests only gpusim's own entries may remain,
+# and every entry on the BAR must be write-combining.
+PAT=/sys/kernel/debug/x86/pat_memtype_list
+GSTATS=/sys/kernel/debug/gpusim/stats
+bar_memtypes() {
+	local bar size lo hi type
+	bar=$(awk '$1 == "bar_phys:" { print $2 }' "$GSTATS")
+	size=$(awk '$1 == "bar_size:" { print $2 }' "$GSTATS")
+	sed -nE -e 's/.*0x([0-9a-fA-F]+)-0x([0-9a-fA-F]+)\] *([a-z-]+).*/0x\1 0x\2 \3/p' \
+		-e 's/^(PAT: )?([a-z-]+) @ 0x([0-9a-fA-F]+)-0x([0-9a-fA-F]+).*/0x\3 0x\4 \2/p' "$PAT" |
+	while read -r lo hi type; do
+		if [ $((hi)) -gt $((bar)) ] && [ $((lo)) -lt $((bar + size)) ]; then
+			echo "$lo $hi $type"
+		fi
+	done
+}
+HAVE_PAT=0
+if [ -r "$PAT" ] && [ -r "$GSTATS" ]; then HAVE_PAT=1; fi
+
+check_pat_clean() { # <memtype lines taken before the tests>
+	[ "$HAVE_PAT" = 1 ] || return 0
+	local now
+	now=$(bar_memtypes)
+	[ "$now" = "$1" ] || fail "BAR memtype entries changed (leaked WC registrations?):
+before:
+$1
+after:
+$now"
+}
+
 run_tests() { # <persistent 0|1> [test names]
 	"$BIN" --persistent="$@" || fail "gdrdrv_test --persistent=$* failed"
 }
@@ -96,7 +127,10 @@ Use persistent mapping: yes
 dbg_enabled: 0
 info_enabled: 0"
 [ ! -e /proc/driver/gdrdrv/nv_get_pages_refcount ] || fail "refcount file without dbg_enabled"
+if [ "$HAVE_PAT" = 1 ]; then PAT_BEFORE=$(bar_memtypes); else
+	echo "# PAT checks skipped: $PAT or $GSTATS not readable"; PAT_BEFORE=; fi
 run_tests 1
+check_pat_clean "$PAT_BEFORE"
 
 # --- pass 2: non-persistent, with traces -----------------------------------------------------
 step "pass 2: use_persistent_mapping=0 dbg_enabled=1 info_enabled=1"
@@ -112,6 +146,27 @@ REFC=/proc/driver/gdrdrv/nv_get_pages_refcount
 expect_file $REFC 0
 run_tests 0
 expect_file $REFC 0
+check_pat_clean "$PAT_BEFORE"
+
+step "unload refused while a process holds pins and mappings"
+mkfifo "$WORK/hold.fifo"
+"$BIN" --persistent=0 --hold < "$WORK/hold.fifo" > "$WORK/hold.out" &
+holder=$!
+exec 8> "$WORK/hold.fifo"
+for _ in $(seq 300); do grep -q holding "$WORK/hold.out" && break; sleep 0.1; done
+grep -q holding "$WORK/hold.out" || fail "the holding process did not start"
+expect_file $REFC 3
+if [ "$HAVE_PAT" = 1 ]; then
+	held=$(bar_memtypes)
+	[ "$held" != "$PAT_BEFORE" ] || fail "mapped buffers registered no WC memtype"
+	if echo "$held" | grep -qv ' write-combining$'; then fail "non-WC memtype on the BAR:
+$held"; fi
+fi
+if rmmod gdrdrv 2>/dev/null; then fail "gdrdrv was unloaded while in use"; fi
+exec 8>&-
+wait "$holder" || fail "the holding process failed"
+expect_file $REFC 0
+check_pat_clean "$PAT_BEFORE"
 
 # --- pass 3: scattered BAR pages ------------------------------------------------------------
 if [ -w "$SCATTER" ]; then
@@ -123,6 +178,7 @@ if [ -w "$SCATTER" ]; then
 	check_node
 	run_tests 1 data mmap_checks invalidation
 	echo 0 > "$SCATTER"
+	check_pat_clean "$PAT_BEFORE"
 else
 	fail "$SCATTER missing: cannot test non-contiguous BAR pages"
 fi
