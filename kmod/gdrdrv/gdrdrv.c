@@ -83,7 +83,8 @@ MODULE_PARM_DESC(info_enabled, "enable info tracing");
 
 static int use_persistent_mapping = 1;
 module_param(use_persistent_mapping, int, 0000);
-MODULE_PARM_DESC(use_persistent_mapping, "use persistent mapping instead of traditional (non-persistent) mapping");
+MODULE_PARM_DESC(use_persistent_mapping,
+		 "use persistent mapping instead of traditional (non-persistent) mapping");
 
 /* ---- logging: every line is "gdrdrv:<function>:<message>" ------------------------------------ */
 

@@ -3,8 +3,9 @@
  * gdrdrv_compat.h - every difference between kernel versions, architectures and NVIDIA header
  * versions that gdrdrv.c cares about. gdrdrv.c itself contains no version checks.
  *
- * Kernel features are answered by build-time probes (the probes directory, run by probes/run.sh into
- * gdrdrv_probes.h); NVIDIA header features by the macros the NVIDIA header defines.
+ * Kernel features are answered by build-time probes (probes/<feature>.c, compiled against the
+ * target kernel by probes/run.sh into gdrdrv_probes.h); NVIDIA header features by the macros the
+ * NVIDIA header defines.
  */
 #ifndef GDRDRV_COMPAT_H
 #define GDRDRV_COMPAT_H
