@@ -19,6 +19,7 @@ pub mod mapped;
 pub mod memmgr;
 pub mod memops;
 pub mod mlx5;
+pub mod mlx5dv;
 pub mod peer;
 pub mod provider;
 pub mod proxy;

@@ -151,6 +151,9 @@ unsafe fn translate_wr(w: *const ExpSendWr, cap: &QpCap, sig_all: bool) -> std::
     if n < 0 || (n > 0 && e.sg_list.is_null()) {
         return Err(format!("bad scatter/gather list ({n} entries at {:p})", e.sg_list));
     }
+    if send_flags & IBV_SEND_INLINE == 0 && n as u32 > cap.max_send_sge {
+        return Err(format!("{n} scatter/gather entries, the QP takes {}", cap.max_send_sge));
+    }
     // SAFETY: `n` entries at sg_list per the contract (non-NULL when n > 0).
     let sges: Vec<Sge> = if n == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(e.sg_list, n as usize) }.to_vec() };
     let mut inline = Vec::new();
@@ -170,8 +173,6 @@ unsafe fn translate_wr(w: *const ExpSendWr, cap: &QpCap, sig_all: bool) -> std::
             }
         }
         out_sges = if inline.is_empty() { Vec::new() } else { vec![Sge { addr: 0, length: inline.len() as u32, lkey: 0 }] };
-    } else if n as u32 > cap.max_send_sge {
-        return Err(format!("{n} scatter/gather entries, the QP takes {}", cap.max_send_sge));
     }
     let mut wr = SendWr {
         wr_id: e.wr_id,
