@@ -46,7 +46,10 @@ gcc -Wall -Wextra -Werror -O2 -g -pthread \
 
 # ---- other components: append steps below this line ---------------------------------------
 # Component hooks that stage their own test binaries (each documents what it produces).
-for hook in sim/cudasim/vm-stage.sh libgdrapi/tests/vm-build.sh; do
+# CUDA headers first: the tools and the gdsync suite compile against cuda.h.
+step "scripts/fetch-cuda-headers"
+"$REPO/scripts/fetch-cuda-headers" >/dev/null
+for hook in sim/cudasim/vm-stage.sh libgdrapi/tests/vm-build.sh tools/gdrcopy/vm-build.sh; do
 	if [ -f "$REPO/$hook" ]; then
 		step "$hook"
 		REPO=$REPO STAGE=$STAGE bash "$REPO/$hook"
