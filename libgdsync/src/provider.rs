@@ -70,8 +70,44 @@ pub trait Provider: Sync {
     unsafe fn abort_wait(&self, cq: NonNull<GdsCq>, peek_id: u64) -> Result<()>;
 }
 
+/// Which provider `GDS_PROVIDER` asks for (read once): unset, `auto` or `proxy` → the CPU proxy
+/// for every device; `mlx5` → the mlx5 direct path, which this release cannot drive end to end
+/// (no mlx5 NIC to validate it on), so `gds_create_qp` refuses it with `ENOTSUP`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    Proxy,
+    Mlx5,
+    Invalid,
+}
+
+pub fn parse_choice(v: Option<&str>) -> Choice {
+    match v.map(str::trim) {
+        None | Some("") | Some("auto") | Some("proxy") => Choice::Proxy,
+        Some("mlx5") => Choice::Mlx5,
+        Some(_) => Choice::Invalid,
+    }
+}
+
+pub fn choice() -> Choice {
+    static C: std::sync::OnceLock<Choice> = std::sync::OnceLock::new();
+    *C.get_or_init(|| parse_choice(std::env::var("GDS_PROVIDER").ok().as_deref()))
+}
+
 /// The provider in use: the CPU proxy ([`crate::proxy`]), which works on every rdma-core device.
-/// `GDS_PROVIDER=proxy` names it explicitly; any other value is refused at `gds_create_qp`.
 pub fn provider() -> &'static dyn Provider {
     &crate::proxy::Proxy
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_choice() {
+        assert_eq!(parse_choice(None), Choice::Proxy);
+        assert_eq!(parse_choice(Some("proxy")), Choice::Proxy);
+        assert_eq!(parse_choice(Some("auto")), Choice::Proxy);
+        assert_eq!(parse_choice(Some("mlx5")), Choice::Mlx5);
+        assert_eq!(parse_choice(Some("rxe")), Choice::Invalid);
+    }
 }

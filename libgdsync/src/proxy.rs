@@ -816,6 +816,20 @@ impl Proxy {
     /// As [`Provider::create_qp`].
     unsafe fn create(&self, pd: *mut c_void, ctx: *mut c_void, attr: *mut c_void, flags: i32) -> Result<NonNull<GdsQp>> {
         const F: &str = "gds_create_qp";
+        match crate::provider::choice() {
+            crate::provider::Choice::Proxy => {}
+            crate::provider::Choice::Mlx5 => {
+                gds_err!(
+                    F,
+                    "GDS_PROVIDER=mlx5: the mlx5 direct provider is not enabled in this release (never validated on an mlx5 NIC); unset GDS_PROVIDER to use the CPU proxy"
+                );
+                return Err(Errno(libc::ENOTSUP));
+            }
+            crate::provider::Choice::Invalid => {
+                gds_err!(F, "GDS_PROVIDER must be proxy, auto or mlx5");
+                return Err(Errno::EINVAL);
+            }
+        }
         let v = verbs()?;
         // SAFETY: non-NULL gds_qp_init_attr_t (152 bytes) per the contract.
         let a = unsafe { &mut *(attr as *mut ExpQpInitAttr) };
