@@ -20,6 +20,7 @@ pub mod memmgr;
 pub mod memops;
 pub mod mlx5;
 pub mod mlx5dv;
+pub mod mlx5prov;
 pub mod peer;
 pub mod provider;
 pub mod proxy;

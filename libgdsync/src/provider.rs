@@ -8,7 +8,8 @@
 //! implements the verbs-specific steps below, registering the memory its ops touch with
 //! [`crate::ranges::ranges`] (and [`crate::memmgr::memmgr`] for GPU visibility).
 //!
-//! Providers: [`crate::proxy`] (CPU proxy thread, any rdma-core device).
+//! Providers: [`crate::proxy`] (CPU proxy thread, any rdma-core device, the default) and
+//! [`crate::mlx5prov`] (mlx5 direct, opt-in with `GDS_PROVIDER=mlx5`), behind [`Dispatch`].
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
@@ -71,8 +72,8 @@ pub trait Provider: Sync {
 }
 
 /// Which provider `GDS_PROVIDER` asks for (read once): unset, `auto` or `proxy` → the CPU proxy
-/// for every device; `mlx5` → the mlx5 direct path, which this release cannot drive end to end
-/// (no mlx5 NIC to validate it on), so `gds_create_qp` refuses it with `ENOTSUP`.
+/// for every device (mlx5 included); `mlx5` → the mlx5 direct provider ([`crate::mlx5prov`]),
+/// opt-in because it has never run on an mlx5 NIC; anything else → `EINVAL` at `gds_create_qp`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Choice {
     Proxy,
@@ -93,9 +94,78 @@ pub fn choice() -> Choice {
     *C.get_or_init(|| parse_choice(std::env::var("GDS_PROVIDER").ok().as_deref()))
 }
 
-/// The provider in use: the CPU proxy ([`crate::proxy`]), which works on every rdma-core device.
+/// Routes each call to the provider that owns the object: `gds_create_qp` by `GDS_PROVIDER`,
+/// everything else by which provider's table holds the QP/CQ.
+pub struct Dispatch;
+
+use crate::mlx5prov as m5;
+use crate::proxy::Proxy;
+
+impl Provider for Dispatch {
+    fn name(&self) -> &'static str {
+        "dispatch"
+    }
+    unsafe fn create_qp(&self, pd: *mut c_void, context: *mut c_void, attr: *mut c_void, gpu_id: i32, flags: i32) -> Result<NonNull<GdsQp>> {
+        match choice() {
+            // SAFETY: forwarded contract.
+            Choice::Proxy => unsafe { Proxy.create_qp(pd, context, attr, gpu_id, flags) },
+            // SAFETY: forwarded contract.
+            Choice::Mlx5 => unsafe { m5::create(pd, context, attr, flags) },
+            Choice::Invalid => {
+                gds_err!("gds_create_qp", "GDS_PROVIDER must be proxy, auto or mlx5");
+                Err(gpudirect_common::Errno::EINVAL)
+            }
+        }
+    }
+    unsafe fn destroy_qp(&self, qp: NonNull<GdsQp>) -> Result<()> {
+        if m5::owns_qp(qp) {
+            return m5::destroy(qp);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { Proxy.destroy_qp(qp) }
+    }
+    unsafe fn post_recv(&self, qp: NonNull<GdsQp>, wr: *mut c_void, bad_wr: *mut *mut c_void) -> Result<()> {
+        if m5::owns_qp(qp) {
+            // SAFETY: forwarded contract.
+            return unsafe { m5::post_recv(qp, wr, bad_wr) };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { Proxy.post_recv(qp, wr, bad_wr) }
+    }
+    unsafe fn prepare_send(&self, qp: NonNull<GdsQp>, wr: *mut c_void, bad_wr: *mut *mut c_void, request: &mut SendRequest) -> Result<()> {
+        if m5::owns_qp(qp) {
+            // SAFETY: forwarded contract.
+            return unsafe { m5::prepare_send(qp, wr, bad_wr, request) };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { Proxy.prepare_send(qp, wr, bad_wr, request) }
+    }
+    unsafe fn rollback_send(&self, qp: NonNull<GdsQp>, rollback_id: u64) -> Result<()> {
+        if m5::owns_qp(qp) {
+            return m5::rollback(qp, rollback_id);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { Proxy.rollback_send(qp, rollback_id) }
+    }
+    unsafe fn prepare_wait(&self, cq: NonNull<GdsCq>, request: &mut WaitRequest) -> Result<()> {
+        if m5::owns_cq(cq) {
+            return m5::prepare_wait(cq, request);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { Proxy.prepare_wait(cq, request) }
+    }
+    unsafe fn abort_wait(&self, cq: NonNull<GdsCq>, peek_id: u64) -> Result<()> {
+        if m5::owns_cq(cq) {
+            return m5::abort_wait(cq, peek_id);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { Proxy.abort_wait(cq, peek_id) }
+    }
+}
+
+/// The provider entry point the C layer calls.
 pub fn provider() -> &'static dyn Provider {
-    &crate::proxy::Proxy
+    &Dispatch
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ use crate::provider::Provider;
 use crate::ranges::{Range, ranges};
 use crate::verbs::{self, PollCqFn, QpCap, QpInitAttr, SendWr, Sge, Wc, verbs};
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -197,10 +197,10 @@ unsafe fn translate_wr(w: *const ExpSendWr, cap: &QpCap, sig_all: bool) -> std::
 
 /// A zeroed, page-aligned host area registered for the GPU.
 #[derive(Clone, Copy, Debug)]
-struct Area {
-    cpu: usize,
-    dev: u64,
-    len: usize,
+pub(crate) struct Area {
+    pub cpu: usize,
+    pub dev: u64,
+    pub len: usize,
 }
 
 const PAGE: usize = 4096;
@@ -210,7 +210,7 @@ fn area_pool() -> &'static Mutex<Vec<Area>> {
     P.get_or_init(|| Mutex::new(Vec::new()))
 }
 
-fn alloc_area(len: usize) -> Result<Area> {
+pub(crate) fn alloc_area(len: usize) -> Result<Area> {
     let len = len.div_ceil(PAGE) * PAGE;
     let reuse = {
         let mut p = lock(area_pool());
@@ -238,7 +238,7 @@ fn alloc_area(len: usize) -> Result<Area> {
     }
 }
 
-fn free_area(a: Area) {
+pub(crate) fn free_area(a: Area) {
     lock(area_pool()).push(a);
 }
 
@@ -456,6 +456,9 @@ unsafe extern "C" fn poll_hook(cq: *mut c_void, n: c_int, wc: *mut Wc) -> c_int 
             if let Some(c) = ours {
                 return c.poll_app(n, wc);
             }
+            if let Some(r) = crate::mlx5prov::poll_hooked(cq as usize, n, wc) {
+                return r;
+            }
             // SAFETY: live CQ per the contract.
             let ctx = unsafe { verbs::object_context(cq) };
             let orig = lock(hooks()).get(&(ctx as usize)).copied();
@@ -472,7 +475,7 @@ unsafe extern "C" fn poll_hook(cq: *mut c_void, n: c_int, wc: *mut Wc) -> c_int 
 ///
 /// # Safety
 /// `ctx` is a live `struct ibv_context *`.
-unsafe fn install_hook(ctx: *mut c_void) -> Result<PollCqFn> {
+pub(crate) unsafe fn install_hook(ctx: *mut c_void) -> Result<PollCqFn> {
     let mut h = lock(hooks());
     let hook = poll_hook as PollCqFn as usize;
     // SAFETY: live context per the contract.
@@ -816,20 +819,6 @@ impl Proxy {
     /// As [`Provider::create_qp`].
     unsafe fn create(&self, pd: *mut c_void, ctx: *mut c_void, attr: *mut c_void, flags: i32) -> Result<NonNull<GdsQp>> {
         const F: &str = "gds_create_qp";
-        match crate::provider::choice() {
-            crate::provider::Choice::Proxy => {}
-            crate::provider::Choice::Mlx5 => {
-                gds_err!(
-                    F,
-                    "GDS_PROVIDER=mlx5: the mlx5 direct provider is not enabled in this release (never validated on an mlx5 NIC); unset GDS_PROVIDER to use the CPU proxy"
-                );
-                return Err(Errno(libc::ENOTSUP));
-            }
-            crate::provider::Choice::Invalid => {
-                gds_err!(F, "GDS_PROVIDER must be proxy, auto or mlx5");
-                return Err(Errno::EINVAL);
-            }
-        }
         let v = verbs()?;
         // SAFETY: non-NULL gds_qp_init_attr_t (152 bytes) per the contract.
         let a = unsafe { &mut *(attr as *mut ExpQpInitAttr) };

@@ -6,7 +6,8 @@
 # QPs from gds_create_qp (CPU-proxy provider) connected over loopback, stream-triggered sends
 # of 0..1 MiB, stream waits on both CQs (cudasim stream), batched and CPU-executed descriptors,
 # completion errors, teardown with work outstanding, and a ping-pong reporting iterations per
-# second (timing under TCG emulation is not meaningful and is not judged).
+# second (timing under TCG emulation is not meaningful and is not judged); then again, with
+# smaller counts, built with ASan/UBSan (leak check at exit).
 # Built in the guest with gcc against include/, the host's cuda.h and libibverbs-dev, like 30-gdsync.
 set -uo pipefail
 
@@ -41,6 +42,9 @@ ln -s libgdsync.so.2 "$WORK/lib/libgdsync.so"
 ln -s "$STAGE_LIB/libcuda.so.1" "$WORK/lib/libcuda.so"
 gcc -std=gnu11 -O2 -g -Wall -Wextra -Werror -I"$REPO/include" -I"$CUDA_INC" "$CT/verbs_loopback.c" \
 	-o "$WORK/verbs_loopback" -L"$WORK/lib" -lgdsync -libverbs -lcuda || die "cannot compile verbs_loopback.c"
+gcc -std=gnu11 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -I"$REPO/include" -I"$CUDA_INC" \
+	"$CT/verbs_loopback.c" -o "$WORK/verbs_loopback_asan" -L"$WORK/lib" -lgdsync -libverbs -lcuda ||
+	die "cannot compile verbs_loopback.c with ASan/UBSan"
 export LD_LIBRARY_PATH=$WORK/lib:$STAGE_LIB
 
 ip link set lo up
@@ -62,6 +66,11 @@ done
 rc=0
 timeout 600 "$WORK/verbs_loopback" -d rxe0 -n "${VERBS_ITERS:-10}" -m "${VERBS_MANY:-1000}" -p "${VERBS_PINGPONG:-300}" || rc=$?
 echo "verbs_loopback exit status $rc"
+if [ $rc -eq 0 ]; then
+	# Smaller counts under ASan/UBSan (heap use by the library and the test, leaks at exit).
+	ASAN_OPTIONS=detect_leaks=1 timeout 600 "$WORK/verbs_loopback_asan" -d rxe0 -n 2 -m 200 -p 50 || rc=$?
+	echo "verbs_loopback under ASan/UBSan exit status $rc"
+fi
 cleanup
 if [ $rc -ne 0 ]; then
 	echo "gdsync-verbs suite: FAILED"

@@ -1,0 +1,733 @@
+//! The mlx5 direct provider (`GDS_PROVIDER=mlx5`, mlx5 devices only): QPs and CQs created with
+//! plain rdma-core verbs, their rings described by `mlx5dv_init_obj` (libmlx5.so.1, dlopen), the
+//! data path of [`crate::mlx5dv`] on that memory (spec §7.4/§7.5):
+//! * sends: the CPU writes WQEs into `sq.buf` at our own producer counter (rdma-core's
+//!   `ibv_post_send` would ring the doorbell itself); the request's ops store the doorbell record
+//!   and the first ctrl qword to the BlueFlame register (registered as I/O memory) from the stream;
+//! * waits: poll of the CQE ownership word in `cq.buf` (registered host memory) + release of a
+//!   busy flag; the CPU keeps polling with `ibv_poll_cq` (libmlx5 consumes the CQE: consumer index,
+//!   doorbell record, scatter-to-CQE copies), through the same `ctx->ops.poll_cq` hook as the proxy,
+//!   which holds back CQEs whose wait has not run, replaces send `wr_id`s from our own table
+//!   (libmlx5's is filled only by its own post_send) and rewrites consumed `op_own` to 0xF0 so a
+//!   later-lap GEQ wait cannot fire on a stale entry.
+//!
+//! Limits: RC/UC only (a UD WQE needs the mlx5 address vector of an AH), no `SEND_WITH_INV`/
+//! `LOCAL_INV`/`TSO`, GEQ waits on even laps (NOR would need the ring's owner bits preset), the QP
+//! uses whatever UAR rdma-core gave it (no dedicated thread-domain UAR).
+//! **Never run on hardware**: no mlx5 NIC is reachable from our test machines. The WQE/CQE logic is
+//! unit-tested on synthetic rings (`mlx5dv`); this glue is compiled and reviewed only, which is why
+//! it is opt-in and the default for every device is the CPU proxy.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_int, c_void};
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use gpudirect_common::cuda::as_fn;
+use gpudirect_common::dl::Library;
+use gpudirect_common::{Errno, Result};
+
+use crate::abi::*;
+use crate::memops::PeerOp;
+use crate::mlx5dv::{self, Cq, Mem, Sq, Wqe};
+use crate::proxy::{Area, ExpQpInitAttr, ExpSendWr, alloc_area, free_area, install_hook, lock};
+use crate::ranges::{Range, ranges};
+use crate::verbs::{self, PollCqFn, QpInitAttr, Sge, Wc, verbs};
+
+/// `struct mlx5dv_qp` (96 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct DvQp {
+    dbrec: usize,
+    sq_buf: usize,
+    sq_wqe_cnt: u32,
+    sq_stride: u32,
+    rq_buf: usize,
+    rq_wqe_cnt: u32,
+    rq_stride: u32,
+    bf_reg: usize,
+    bf_size: u32,
+    pad: u32,
+    comp_mask: u64,
+    uar_mmap_offset: i64,
+    tirn: u32,
+    tisn: u32,
+    rqn: u32,
+    sqn: u32,
+    tir_icm_addr: u64,
+}
+
+/// `struct mlx5dv_cq` (48 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct DvCq {
+    buf: usize,
+    dbrec: usize,
+    cqe_cnt: u32,
+    cqe_size: u32,
+    cq_uar: usize,
+    cqn: u32,
+    pad: u32,
+    comp_mask: u64,
+}
+
+/// `struct mlx5dv_obj` (7 in/out pairs).
+#[repr(C)]
+struct DvObj {
+    pairs: [[usize; 2]; 7],
+}
+
+const MLX5DV_OBJ_QP: u64 = 1;
+const MLX5DV_OBJ_CQ: u64 = 2;
+
+type InitObjFn = unsafe extern "C" fn(*mut DvObj, u64) -> c_int;
+
+struct Dv {
+    _lib: Library,
+    init_obj: InitObjFn,
+}
+
+fn dv() -> Result<&'static Dv> {
+    static D: OnceLock<std::result::Result<Dv, String>> = OnceLock::new();
+    let r = D.get_or_init(|| {
+        let lib = Library::open("libmlx5.so.1")?;
+        let p = lib.symbol(c"mlx5dv_init_obj").ok_or("libmlx5.so.1 lacks mlx5dv_init_obj")?;
+        // SAFETY: rdma-core's `int mlx5dv_init_obj(struct mlx5dv_obj *, uint64_t)`.
+        let init_obj = unsafe { as_fn::<InitObjFn>(p) };
+        Ok(Dv { _lib: lib, init_obj })
+    });
+    r.as_ref().map_err(|e| {
+        gds_err!("gds_mlx5", "cannot use libmlx5: {e}");
+        Errno::ENOSYS
+    })
+}
+
+/// Real memory: the rings and registers the device shares with us.
+struct RawMem(());
+
+impl RawMem {
+    /// # Safety
+    /// Every address later passed to `write`/`read` must be mapped and writable/readable for
+    /// the given length (rings and registers of live mlx5dv objects).
+    unsafe fn new() -> RawMem {
+        RawMem(())
+    }
+}
+
+impl Mem for RawMem {
+    fn write(&self, addr: usize, bytes: &[u8]) {
+        for (i, b) in bytes.iter().enumerate() {
+            // SAFETY: RawMem::new's contract.
+            unsafe { std::ptr::write_volatile((addr + i) as *mut u8, *b) };
+        }
+    }
+    fn read(&self, addr: usize, out: &mut [u8]) {
+        for (i, b) in out.iter_mut().enumerate() {
+            // SAFETY: RawMem::new's contract.
+            *b = unsafe { std::ptr::read_volatile((addr + i) as *const u8) };
+        }
+    }
+}
+
+struct CqInner {
+    cq: Cq,
+    peeks: HashMap<u32, Vec<u32>>,
+    stale: Vec<u32>,
+    free: Vec<u32>,
+    dead: bool,
+}
+
+struct M5Cq {
+    cq: usize,
+    orig_poll: PollCqFn,
+    ring_id: u64,
+    busy: usize,
+    busy_id: u64,
+    npeek: u32,
+    /// The send queue this CQ completes, with its wqe index → wr_id table.
+    sq: Option<Arc<Mutex<SqState>>>,
+    inner: Mutex<CqInner>,
+}
+
+struct SqState {
+    sq: Sq,
+    wrids: HashMap<u16, u64>,
+}
+
+fn is_busy(busy: usize, e: u32) -> bool {
+    // SAFETY: e < npeek inside the CQ's live area.
+    unsafe { std::ptr::read_volatile((busy + 4 * e as usize) as *const u32) != 0 }
+}
+
+fn set_busy(busy: usize, e: u32, v: u32) {
+    std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+    // SAFETY: e < npeek inside the CQ's live area.
+    unsafe { std::ptr::write_volatile((busy + 4 * e as usize) as *mut u32, v) };
+}
+
+impl M5Cq {
+    fn poll(&self, n: c_int, out: *mut Wc) -> c_int {
+        // SAFETY: the ring of a live CQ (dead CQs are skipped below).
+        let m = unsafe { RawMem::new() };
+        let mut g = lock(&self.inner);
+        if g.dead {
+            return 0;
+        }
+        let busy = self.busy;
+        let mut i = 0;
+        while i < g.stale.len() {
+            if is_busy(busy, g.stale[i]) {
+                i += 1;
+            } else {
+                let e = g.stale.swap_remove(i);
+                g.free.push(e);
+            }
+        }
+        let mut k = 0usize;
+        while (k as c_int) < n {
+            let idx = g.cq.cons_index;
+            let at = g.cq.buf + g.cq.cqe64(idx);
+            let mut c = [0u8; 64];
+            m.read(at, &mut c);
+            let opcode = c[63] >> 4;
+            if opcode == mlx5dv::MLX5_CQE_INVALID || (c[63] & 1 != 0) != (idx & g.cq.cqe_cnt != 0) {
+                break;
+            }
+            if let Some(es) = g.peeks.get(&idx) {
+                if es.iter().any(|&e| is_busy(busy, e)) {
+                    break;
+                }
+                let es = g.peeks.remove(&idx).unwrap_or_default();
+                g.free.extend(es);
+            }
+            let wqe_counter = u16::from_be_bytes([c[60], c[61]]);
+            // SAFETY: live CQ; one completion written at out + k (< n).
+            let r = unsafe { (self.orig_poll)(self.cq as *mut c_void, 1, out.add(k)) };
+            if r != 1 {
+                if r < 0 && k == 0 {
+                    return r;
+                }
+                break;
+            }
+            if let Some(sq) = &self.sq {
+                let mut s = lock(sq);
+                if let Some(id) = s.wrids.remove(&wqe_counter) {
+                    // SAFETY: written by the poll above.
+                    unsafe { (*out.add(k)).wr_id = id };
+                }
+                s.sq.complete(wqe_counter);
+            }
+            // A consumed entry must not satisfy a later-lap GEQ wait (libmlx5 does not rewrite it).
+            m.write(at + 63, &[mlx5dv::MLX5_CQE_INVALID << 4]);
+            g.cq.cons_index = idx.wrapping_add(1);
+            k += 1;
+        }
+        k as c_int
+    }
+
+    fn prepare_wait(&self, request: &mut WaitRequest) -> Result<()> {
+        if request.peek.whence != IBV_EXP_PEER_PEEK_ABSOLUTE {
+            return Err(Errno::EINVAL);
+        }
+        if request.peek.entries < 2 {
+            return Err(Errno(libc::ENOSPC));
+        }
+        let n = request.peek.offset;
+        let mut g = lock(&self.inner);
+        let (op, data, off) = g.cq.peek(n).inspect_err(|_| {
+            gds_err!("gds_prepare_wait_cq", "CQE {n} is more than one CQ ring ahead of the consumer index");
+        })?;
+        let Some(e) = g.free.pop() else {
+            gds_err!("gds_prepare_wait_cq", "no free peek entry: poll the CQ");
+            return Err(Errno::ENOMEM);
+        };
+        set_busy(self.busy, e, 1);
+        if (n.wrapping_sub(g.cq.cons_index) as i32) < 0 {
+            g.stale.push(e);
+        } else {
+            g.peeks.entry(n).or_default().push(e);
+        }
+        request.wr[0].type_ = op;
+        request.wr[0].wr.dword_va = DwordVa { data, target_id: self.ring_id, offset: off };
+        request.wr[1].type_ = IBV_EXP_PEER_OP_STORE_DWORD;
+        request.wr[1].wr.dword_va = DwordVa { data: 0, target_id: self.busy_id, offset: 4 * e as usize };
+        request.wr[1].next = std::ptr::null_mut();
+        request.peek.entries = 2;
+        request.peek.peek_id = (0x6d6c_7835u64 << 32) | e as u64;
+        Ok(())
+    }
+
+    fn abort_wait(&self, id: u64) -> Result<()> {
+        let e = id & 0xffff_ffff;
+        if id >> 32 != 0x6d6c_7835 || e >= self.npeek as u64 {
+            gds_err!("gds_post_wait_cq", "invalid peek id {id:#x}");
+            return Err(Errno::EINVAL);
+        }
+        set_busy(self.busy, e as u32, 0);
+        Ok(())
+    }
+}
+
+struct M5Qp {
+    gds: usize,
+    qp: usize,
+    sq: Arc<Mutex<SqState>>,
+    dbr_id: u64,
+    bf_id: u64,
+    send: Arc<M5Cq>,
+    recv: Arc<M5Cq>,
+    area: Area,
+    sig_all: bool,
+    rc: bool,
+}
+
+fn qps() -> &'static Mutex<HashMap<usize, Arc<M5Qp>>> {
+    static M: OnceLock<Mutex<HashMap<usize, Arc<M5Qp>>>> = OnceLock::new();
+    M.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn cqs() -> &'static Mutex<HashMap<usize, Arc<M5Cq>>> {
+    static M: OnceLock<Mutex<HashMap<usize, Arc<M5Cq>>>> = OnceLock::new();
+    M.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The poll hook's entry for CQs of this provider.
+pub(crate) fn poll_hooked(cq: usize, n: c_int, wc: *mut Wc) -> Option<c_int> {
+    let c = lock(cqs()).get(&cq).cloned()?;
+    Some(c.poll(n, wc))
+}
+
+pub fn owns_qp(qp: NonNull<GdsQp>) -> bool {
+    lock(qps()).contains_key(&(qp.as_ptr() as usize))
+}
+
+pub fn owns_cq(cq: NonNull<GdsCq>) -> bool {
+    // SAFETY: a gds_cq from the application (C layer contract); only `cq` is read.
+    let raw = unsafe { (*cq.as_ptr()).cq } as usize;
+    lock(cqs()).contains_key(&raw)
+}
+
+fn register(ptr: usize, len: usize, ty: i32) -> Result<u64> {
+    let dev = crate::memmgr::memmgr().map_mem(crate::driver::cuda()?, ptr, len, ty)?;
+    Ok(ranges().register(Range { cpu: ptr, dev, len }))
+}
+
+/// One `gds_send_wr` as an mlx5 WQE description; inline payloads gathered into `buf`.
+///
+/// # Safety
+/// As `proxy::translate_wr`.
+unsafe fn to_wqe<'a>(e: &ExpSendWr, sig_all: bool, sges: &'a mut Vec<(u64, u32, u32)>, buf: &'a mut Vec<u8>) -> std::result::Result<Wqe<'a>, String> {
+    if e.comp_mask != 0 || e.exp_send_flags & !0xf != 0 {
+        return Err("unsupported comp_mask or send flags".into());
+    }
+    let opcode = match e.exp_opcode {
+        0 => mlx5dv::MLX5_OPCODE_RDMA_WRITE,
+        1 => mlx5dv::MLX5_OPCODE_RDMA_WRITE_IMM,
+        2 => mlx5dv::MLX5_OPCODE_SEND,
+        3 => mlx5dv::MLX5_OPCODE_SEND_IMM,
+        4 => mlx5dv::MLX5_OPCODE_RDMA_READ,
+        5 => mlx5dv::MLX5_OPCODE_ATOMIC_CS,
+        6 => mlx5dv::MLX5_OPCODE_ATOMIC_FA,
+        op => return Err(format!("opcode {op:#x} is not supported by the mlx5 direct provider")),
+    };
+    if e.num_sge < 0 || (e.num_sge > 0 && e.sg_list.is_null()) || e.num_sge > 16 {
+        return Err(format!("bad scatter/gather list ({} entries)", e.num_sge));
+    }
+    // SAFETY: num_sge entries at sg_list (caller's contract).
+    let list: &[Sge] = if e.num_sge == 0 { &[] } else { unsafe { std::slice::from_raw_parts(e.sg_list, e.num_sge as usize) } };
+    sges.extend(list.iter().map(|s| (s.addr, s.length, s.lkey)));
+    let inline = e.exp_send_flags & 8 != 0;
+    if inline {
+        for s in list {
+            // SAFETY: an inline SGE names readable bytes (verbs contract).
+            buf.extend_from_slice(unsafe { std::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize) });
+        }
+    }
+    let rdma = matches!(e.exp_opcode, 0 | 1 | 4 | 5 | 6);
+    let atomic = match e.exp_opcode {
+        5 => Some((e.wr[2], e.wr[1])),
+        6 => Some((e.wr[1], 0)),
+        _ => None,
+    };
+    let rkey = if atomic.is_some() { e.wr[3] as u32 } else { e.wr[1] as u32 };
+    Ok(Wqe {
+        opcode,
+        signaled: sig_all || e.exp_send_flags & 2 != 0,
+        solicited: e.exp_send_flags & 4 != 0,
+        fence: e.exp_send_flags & 1 != 0,
+        imm_be: e.imm_data,
+        raddr: rdma.then_some((e.wr[0], rkey)),
+        atomic,
+        sges: if inline { &[] } else { sges.as_slice() },
+        inline: if inline { Some(buf.as_slice()) } else { None },
+    })
+}
+
+impl M5Qp {
+    /// # Safety
+    /// As [`prepare_send`].
+    unsafe fn prepare_send(&self, wr: *mut c_void, bad_wr: *mut *mut c_void, request: &mut SendRequest) -> Result<()> {
+        const F: &str = "gds_prepare_send";
+        if request.commit.entries < 3 {
+            return Err(Errno(libc::ENOSPC));
+        }
+        if !self.rc {
+            gds_err!(F, "the mlx5 direct provider builds RC/UC WQEs only");
+            return Err(Errno::EINVAL);
+        }
+        // SAFETY: sq.buf, dbrec and bf.reg of this live QP are the only addresses used.
+        let m = unsafe { RawMem::new() };
+        let mut s = lock(&self.sq);
+        let saved = (s.sq.cur_post, s.sq.last, s.sq.inflight.len());
+        let mut added = Vec::new();
+        let mut p = wr as *const ExpSendWr;
+        let mut fail = None;
+        while !p.is_null() {
+            // SAFETY: a non-NULL element of the application's list.
+            let e = unsafe { &*p };
+            let (mut sg, mut buf) = (Vec::new(), Vec::new());
+            // SAFETY: as above.
+            let r = unsafe { to_wqe(e, self.sig_all, &mut sg, &mut buf) }.map_err(|why| {
+                gds_err!(F, "{why}");
+                Errno::EINVAL
+            });
+            let idx = s.sq.cur_post as u16;
+            match r.and_then(|w| s.sq.post(&m, &w)) {
+                Ok(_) => {
+                    s.wrids.insert(idx, e.wr_id);
+                    added.push(idx);
+                }
+                Err(er) => {
+                    fail = Some((er, p));
+                    break;
+                }
+            }
+            p = e.next;
+        }
+        if let Some((er, at)) = fail {
+            // All or nothing: forget the WQEs this call wrote.
+            s.sq.cur_post = saved.0;
+            s.sq.last = saved.1;
+            s.sq.inflight.truncate(saved.2);
+            for i in added {
+                s.wrids.remove(&i);
+            }
+            if !bad_wr.is_null() {
+                // SAFETY: the application's out pointer.
+                unsafe { *bad_wr = at as *mut c_void };
+            }
+            return Err(er);
+        }
+        let Some((ops, rollback)) = s.sq.commit(&m, self.dbr_id, self.bf_id, false) else {
+            request.commit.entries = 0;
+            return Ok(());
+        };
+        for (i, op) in ops.iter().enumerate() {
+            let w = &mut request.wr[i];
+            match *op {
+                PeerOp::StoreDword { data, target, offset } => {
+                    w.type_ = IBV_EXP_PEER_OP_STORE_DWORD;
+                    w.wr.dword_va = DwordVa { data, target_id: target, offset };
+                }
+                PeerOp::Fence { flags } => {
+                    w.type_ = IBV_EXP_PEER_OP_FENCE;
+                    w.wr.fence_flags = flags;
+                }
+                PeerOp::StoreQword { data, target, offset } => {
+                    w.type_ = IBV_EXP_PEER_OP_STORE_QWORD;
+                    w.wr.qword_va = QwordVa { data, target_id: target, offset };
+                }
+                _ => return Err(Errno::EINVAL),
+            }
+        }
+        request.wr[ops.len() - 1].next = std::ptr::null_mut();
+        request.commit.entries = ops.len() as u32;
+        request.commit.rollback_id = rollback;
+        Ok(())
+    }
+}
+
+/// # Safety
+/// As `Provider::create_qp`; `ctx` belongs to an mlx5 device.
+pub unsafe fn create(pd: *mut c_void, ctx: *mut c_void, attr: *mut c_void, flags: i32) -> Result<NonNull<GdsQp>> {
+    const F: &str = "gds_create_qp";
+    let v = verbs()?;
+    let d = dv()?;
+    // SAFETY: live context.
+    let name = unsafe { verbs::device_name(ctx) };
+    if !name.starts_with("mlx5") {
+        gds_err!(F, "GDS_PROVIDER=mlx5 but the device is {name}");
+        return Err(Errno(libc::ENODEV));
+    }
+    if flags & GDS_CREATE_QP_WQ_ON_GPU != 0 {
+        gds_err!(F, "GDS_CREATE_QP_WQ_ON_GPU is not supported yet");
+        return Err(Errno::EINVAL);
+    }
+    // SAFETY: non-NULL attributes per the contract.
+    let a = unsafe { &mut *(attr as *mut ExpQpInitAttr) };
+    gds_warn_once!(F, "mlx5 direct provider: never validated on hardware (see docs/gdsync.md)");
+    // SAFETY: live context.
+    let orig = unsafe { install_hook(ctx) }?;
+    // SAFETY: live context.
+    let scq = unsafe { v.create_cq(ctx, a.cap.max_send_wr.max(1) as c_int) }?;
+    // SAFETY: live context.
+    let rcq = match unsafe { v.create_cq(ctx, a.cap.max_recv_wr.max(1) as c_int) } {
+        Ok(c) => c,
+        Err(e) => {
+            // SAFETY: created above.
+            let _ = unsafe { v.destroy_cq(scq) };
+            return Err(e);
+        }
+    };
+    let mut ia = QpInitAttr { qp_context: a.qp_context, send_cq: scq, recv_cq: rcq, srq: a.srq, cap: a.cap, qp_type: a.qp_type, sq_sig_all: a.sq_sig_all };
+    // SAFETY: live pd and CQs.
+    let qp = match unsafe { v.create_qp(pd, &mut ia) } {
+        Ok(q) => q,
+        Err(e) => {
+            // SAFETY: created above.
+            unsafe {
+                let _ = v.destroy_cq(scq);
+                let _ = v.destroy_cq(rcq);
+            }
+            return Err(e);
+        }
+    };
+    // SAFETY: live objects; the out structs are ours and large enough.
+    let r = unsafe { finish(v, d, pd, ctx, a, qp, scq, rcq, orig, &ia) };
+    if r.is_err() {
+        // SAFETY: created above, not registered anywhere.
+        unsafe {
+            let _ = v.destroy_qp(qp);
+            let _ = v.destroy_cq(scq);
+            let _ = v.destroy_cq(rcq);
+        }
+    }
+    r
+}
+
+/// # Safety
+/// Live objects from `create`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn finish(
+    _v: &verbs::Verbs,
+    d: &Dv,
+    pd: *mut c_void,
+    ctx: *mut c_void,
+    a: &mut ExpQpInitAttr,
+    qp: *mut c_void,
+    scq: *mut c_void,
+    rcq: *mut c_void,
+    orig: PollCqFn,
+    ia: &QpInitAttr,
+) -> Result<NonNull<GdsQp>> {
+    const F: &str = "gds_create_qp";
+    let (mut dq, mut dsc, mut drc) = (DvQp::default(), DvCq::default(), DvCq::default());
+    let mut obj = DvObj { pairs: [[0; 2]; 7] };
+    obj.pairs[0] = [qp as usize, &mut dq as *mut DvQp as usize];
+    obj.pairs[1] = [scq as usize, &mut dsc as *mut DvCq as usize];
+    // SAFETY: live QP/CQ; out structs of the documented sizes.
+    let r = unsafe { (d.init_obj)(&mut obj, MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ) };
+    obj.pairs[1] = [rcq as usize, &mut drc as *mut DvCq as usize];
+    // SAFETY: as above.
+    let r2 = unsafe { (d.init_obj)(&mut obj, MLX5DV_OBJ_CQ) };
+    if r != 0 || r2 != 0 {
+        gds_err!(F, "mlx5dv_init_obj failed ({r}, {r2})");
+        return Err(Errno::EINVAL);
+    }
+    let max_inline = ia.cap.max_inline_data;
+    // SAFETY: live QP.
+    let qpn = unsafe { verbs::object_u32(qp, verbs::QP_NUM) };
+    let sq = Sq::new(dq.sq_buf, dq.sq_wqe_cnt, dq.dbrec, dq.bf_reg, dq.bf_size, qpn, max_inline)?;
+    let dbr_id = register(dq.dbrec, 8, GDS_MEMORY_HOST)?;
+    let bf_id = register(dq.bf_reg, (2 * dq.bf_size as usize).max(8), GDS_MEMORY_IO)?;
+    let make = |dc: &DvCq, raw: *mut c_void, area: &Area, off: usize, sqs: Option<Arc<Mutex<SqState>>>| -> Result<M5Cq> {
+        let cq = Cq::new(dc.buf, dc.cqe_cnt, dc.cqe_size, dc.dbrec, false)?;
+        let ring_id = register(dc.buf, (dc.cqe_cnt * dc.cqe_size) as usize, GDS_MEMORY_HOST)?;
+        let busy_id = ranges().register(Range { cpu: area.cpu + off, dev: area.dev + off as u64, len: 4 * dc.cqe_cnt as usize });
+        Ok(M5Cq {
+            cq: raw as usize,
+            orig_poll: orig,
+            ring_id,
+            busy: area.cpu + off,
+            busy_id,
+            npeek: dc.cqe_cnt,
+            sq: sqs,
+            inner: Mutex::new(CqInner { cq, peeks: HashMap::new(), stale: Vec::new(), free: (0..dc.cqe_cnt).rev().collect(), dead: false }),
+        })
+    };
+    let undo = |ids: &[u64]| {
+        for &i in ids {
+            let _ = ranges().unregister(i);
+        }
+    };
+    let area = alloc_area(4 * (dsc.cqe_cnt + drc.cqe_cnt) as usize).inspect_err(|_| undo(&[dbr_id, bf_id]))?;
+    let sqs = Arc::new(Mutex::new(SqState { sq, wrids: HashMap::new() }));
+    let cqs_made = make(&dsc, scq, &area, 0, Some(sqs.clone())).and_then(|s| {
+        let r = make(&drc, rcq, &area, 4 * dsc.cqe_cnt as usize, None);
+        if r.is_err() {
+            undo(&[s.ring_id, s.busy_id]);
+        }
+        r.map(|r| (s, r))
+    });
+    let (send, recv) = match cqs_made {
+        Ok((s, r)) => (Arc::new(s), Arc::new(r)),
+        Err(e) => {
+            undo(&[dbr_id, bf_id]);
+            free_area(area);
+            return Err(e);
+        }
+    };
+    a.send_cq = scq;
+    a.recv_cq = rcq;
+    a.pd = pd;
+    a.comp_mask |= 1 | (1 << 10);
+    a.cap = ia.cap;
+    let gds = Box::into_raw(Box::new(GdsQp {
+        qp,
+        send_cq: GdsCq { cq: scq, curr_offset: 0 },
+        recv_cq: GdsCq { cq: rcq, curr_offset: 0 },
+        res_domain: std::ptr::null_mut(),
+        dev_context: ctx,
+    }));
+    let q = Arc::new(M5Qp {
+        gds: gds as usize,
+        qp: qp as usize,
+        sq: sqs,
+        dbr_id,
+        bf_id,
+        send: send.clone(),
+        recv: recv.clone(),
+        area,
+        sig_all: a.sq_sig_all != 0,
+        rc: a.qp_type == 2 || a.qp_type == 3,
+    });
+    {
+        let mut c = lock(cqs());
+        c.insert(scq as usize, send);
+        c.insert(rcq as usize, recv);
+    }
+    lock(qps()).insert(gds as usize, q);
+    // SAFETY: from Box::into_raw.
+    Ok(unsafe { NonNull::new_unchecked(gds) })
+}
+
+pub fn destroy(qp: NonNull<GdsQp>) -> Result<()> {
+    let q = lock(qps()).remove(&(qp.as_ptr() as usize)).ok_or(Errno::EINVAL)?;
+    let v = verbs()?;
+    for c in [&q.send, &q.recv] {
+        lock(&c.inner).dead = true;
+        lock(cqs()).remove(&c.cq);
+    }
+    let mut last = Ok(());
+    // SAFETY: live QP, removed from every table.
+    if let Err(e) = unsafe { v.destroy_qp(q.qp as *mut c_void) } {
+        last = Err(e);
+    }
+    for c in [&q.send, &q.recv] {
+        // SAFETY: live CQ, dead under its lock.
+        if let Err(e) = unsafe { v.destroy_cq(c.cq as *mut c_void) } {
+            last = Err(e);
+        }
+        let _ = ranges().unregister(c.ring_id);
+        let _ = ranges().unregister(c.busy_id);
+    }
+    let _ = ranges().unregister(q.dbr_id);
+    let _ = ranges().unregister(q.bf_id);
+    free_area(q.area);
+    // SAFETY: from Box::into_raw in finish; removed from the table, freed once.
+    drop(unsafe { Box::from_raw(q.gds as *mut GdsQp) });
+    last
+}
+
+fn find_qp(qp: NonNull<GdsQp>) -> Result<Arc<M5Qp>> {
+    lock(qps()).get(&(qp.as_ptr() as usize)).cloned().ok_or(Errno::EINVAL)
+}
+
+fn find_cq(cq: NonNull<GdsCq>) -> Result<Arc<M5Cq>> {
+    // SAFETY: a gds_cq from the application; only `cq` is read.
+    let raw = unsafe { (*cq.as_ptr()).cq } as usize;
+    lock(cqs()).get(&raw).cloned().ok_or(Errno::EINVAL)
+}
+
+/// # Safety
+/// `wr`/`bad` are the application's `ibv_post_recv` arguments.
+pub unsafe fn post_recv(qp: NonNull<GdsQp>, wr: *mut c_void, bad: *mut *mut c_void) -> Result<()> {
+    let q = find_qp(qp)?;
+    // SAFETY: live QP; the application's list (receives stay libmlx5's).
+    match unsafe { verbs::post_recv(q.qp as *mut c_void, wr, bad) } {
+        0 => Ok(()),
+        r if r < 0 => Err(Errno::last()),
+        r => Err(Errno(r)),
+    }
+}
+
+/// # Safety
+/// `wr` is NULL or a valid `gds_send_wr` list; `bad` NULL or writable.
+pub unsafe fn prepare_send(qp: NonNull<GdsQp>, wr: *mut c_void, bad: *mut *mut c_void, request: &mut SendRequest) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe { find_qp(qp)?.prepare_send(wr, bad, request) }
+}
+
+pub fn rollback(qp: NonNull<GdsQp>, id: u64) -> Result<()> {
+    let q = find_qp(qp)?;
+    let mut s = lock(&q.sq);
+    let to = id as u32;
+    let pos: VecDeque<u16> = s.sq.inflight.iter().filter(|&&(st, _)| (st.wrapping_sub(to) as i32) >= 0).map(|&(st, _)| st as u16).collect();
+    for i in pos {
+        s.wrids.remove(&i);
+    }
+    s.sq.rollback(id);
+    Ok(())
+}
+
+pub fn prepare_wait(cq: NonNull<GdsCq>, request: &mut WaitRequest) -> Result<()> {
+    find_cq(cq)?.prepare_wait(request)
+}
+
+pub fn abort_wait(cq: NonNull<GdsCq>, id: u64) -> Result<()> {
+    find_cq(cq)?.abort_wait(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dv_layouts() {
+        assert_eq!(std::mem::size_of::<DvQp>(), 96);
+        assert_eq!(std::mem::offset_of!(DvQp, bf_reg), 40);
+        assert_eq!(std::mem::offset_of!(DvQp, bf_size), 48);
+        assert_eq!(std::mem::offset_of!(DvQp, comp_mask), 56);
+        assert_eq!(std::mem::offset_of!(DvQp, tir_icm_addr), 88);
+        assert_eq!(std::mem::size_of::<DvCq>(), 48);
+        assert_eq!(std::mem::offset_of!(DvCq, cqe_cnt), 16);
+        assert_eq!(std::mem::offset_of!(DvCq, cqn), 32);
+        assert_eq!(std::mem::size_of::<DvObj>(), 112);
+    }
+
+    #[test]
+    fn exp_wr_to_wqe() {
+        // SAFETY: all-zero is a valid ExpSendWr.
+        let mut e: ExpSendWr = unsafe { std::mem::zeroed() };
+        let data = *b"0123456789";
+        let mut sg = [Sge { addr: data.as_ptr() as u64, length: 10, lkey: 3 }];
+        e.sg_list = sg.as_mut_ptr();
+        e.num_sge = 1;
+        e.exp_opcode = 5; // CMP_AND_SWP
+        e.wr = [0x1000, 7, 9, 0x42];
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        // SAFETY: valid wr over live buffers.
+        let w = unsafe { to_wqe(&e, true, &mut a, &mut b) }.unwrap();
+        assert_eq!((w.opcode, w.raddr, w.atomic, w.signaled), (0x11, Some((0x1000, 0x42)), Some((9, 7)), true));
+        e.exp_opcode = 2;
+        e.exp_send_flags = 8;
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        // SAFETY: as above.
+        let w = unsafe { to_wqe(&e, false, &mut a, &mut b) }.unwrap();
+        assert_eq!((w.opcode, w.inline, w.raddr, w.signaled), (0x0a, Some(&b"0123456789"[..]), None, false));
+        e.exp_opcode = 9;
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        // SAFETY: as above.
+        assert!(unsafe { to_wqe(&e, false, &mut a, &mut b) }.is_err());
+    }
+}
