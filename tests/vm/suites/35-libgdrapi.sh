@@ -68,7 +68,7 @@ run_consumers() { # <label>
 	local b
 	for b in consumer_dlopen consumer_linked consumer_static consumer_dlopen_asan consumer_linked_asan; do
 		[ -x "$COMPAT/$b" ] || { echo "# $b not built, skipped"; continue; }
-		if env LD_LIBRARY_PATH="$COMPAT/lib" EXPECT_OPEN=ok EXPECT_LIB="$REPO/target/release/libgdrapi.so" \
+		if env LD_LIBRARY_PATH="$COMPAT/lib" EXPECT_OPEN=ok EXPECT_LIB="$COMPAT/lib/libgdrapi.so" \
 			GDRCOPY_ENABLE_LOGGING=1 GDRCOPY_LOG_LEVEL=2 ASAN_OPTIONS=detect_leaks=1 \
 			"$COMPAT/$b" >"/tmp/$b.log" 2>&1 && grep -q '^# pinned GPU memory from /dev/gpusim' "/tmp/$b.log" &&
 			! grep -q '^# SKIP' "/tmp/$b.log"; then
