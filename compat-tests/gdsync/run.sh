@@ -4,6 +4,8 @@
 #   2. sizeof/offsetof of every public struct and embedded peer-direct type (abi_layout.c);
 #   3. the exported dynamic symbol set equals symbols.expected, soname libgdsync.so.2, no libcuda/
 #      libibverbs/libgdrapi link dependency;
+#   3b. rdma-core layouts the verbs code hard-codes (verbs_layout.c); verbs_loopback.c compiles
+#       (it runs on soft-RoCE in the VM: tests/vm/suites/50-gdsync-verbs.sh);
 #   4. the descriptor suite on a stream of the simulated libcuda (sim/cudasim), default env and
 #      with NOR waits enabled, plus an ASan/UBSan build of it (and valgrind with VALGRIND=1).
 # Exits non-zero on any failure. Needs cuda.h (fetched by fetch-cuda-headers.sh) and
@@ -63,6 +65,10 @@ done
 step "struct layouts and constants"
 gcc "${CFLAGS_C[@]}" "$here/abi_layout.c" -o "$out/abi_layout_c" && "$out/abi_layout_c" || bad "abi_layout (C)"
 g++ "${CFLAGS_CXX[@]}" "$here/abi_layout.c" -o "$out/abi_layout_cxx" && "$out/abi_layout_cxx" || bad "abi_layout (C++)"
+
+step "rdma-core layouts the verbs code hard-codes (verbs_layout.c)"
+gcc "${CFLAGS_C[@]}" "$here/verbs_layout.c" -o "$out/verbs_layout" && "$out/verbs_layout" || bad "verbs_layout"
+gcc "${CFLAGS_C[@]}" "$here/verbs_loopback.c" -o "$out/verbs_loopback" -L"$out/lib" -lgdsync -libverbs -lcuda || bad "verbs_loopback.c does not compile"
 
 step "exported symbols, soname, dependencies"
 grep -v '^#' "$here/symbols.expected" | sort > "$out/sym.want"

@@ -4,7 +4,8 @@
  * (cudasim), stream waits on the send and receive CQs, CPU polling through ibv_poll_cq.
  * Written as a consumer would: installed headers, -lgdsync -libverbs -lcuda.
  *
- * Usage: verbs_loopback [-d dev] [-g gid_index] [-n iters] [-p pingpong_iters]
+ * Usage: verbs_loopback [-d dev] [-g gid_index] [-n iters] [-p pingpong_iters] [-m messages]
+ *        verbs_loopback -e ERRNO   (only: gds_create_qp must fail with ERRNO; for GDS_PROVIDER checks)
  * Exit status: 0 all passed, 1 a failure, 77 no RDMA device (skip).
  */
 #define _GNU_SOURCE
@@ -508,17 +509,18 @@ static int find_gid(void)
 int main(int argc, char **argv)
 {
 	const char *devname = getenv("USE_HCA");
-	int iters = 20, pp = 200, many = 1000, opt, ndev = 0;
+	int iters = 20, pp = 200, many = 1000, opt, ndev = 0, expect_errno = 0;
 	CUdevice dev;
 	CUcontext cuctx;
 	struct ibv_device **list;
-	while ((opt = getopt(argc, argv, "d:g:n:p:m:")) != -1) {
+	while ((opt = getopt(argc, argv, "d:g:n:p:m:e:")) != -1) {
 		switch (opt) {
 		case 'd': devname = optarg; break;
 		case 'g': gid_index = atoi(optarg); break;
 		case 'n': iters = atoi(optarg); break;
 		case 'p': pp = atoi(optarg); break;
 		case 'm': many = atoi(optarg); break;
+		case 'e': expect_errno = atoi(optarg); break;
 		default: fprintf(stderr, "usage: %s [-d dev] [-g gid] [-n iters] [-p pingpong] [-m many]\n", argv[0]); return 2;
 		}
 	}
@@ -539,6 +541,20 @@ int main(int argc, char **argv)
 	    cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING)) {
 		fprintf(stderr, "CUDA setup failed\n");
 		return 1;
+	}
+	if (expect_errno) {
+		/* Provider selection (GDS_PROVIDER): gds_create_qp must fail with this errno. */
+		gds_qp_init_attr_t attr;
+		struct gds_qp *qp;
+		memset(&attr, 0, sizeof(attr));
+		attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
+		attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+		attr.qp_type = IBV_QPT_RC;
+		errno = 0;
+		qp = gds_create_qp(pd, ctx, &attr, 0, 0);
+		printf("gds_create_qp with GDS_PROVIDER=%s: %s (%s)\n", getenv("GDS_PROVIDER") ? getenv("GDS_PROVIDER") : "",
+		       qp ? "created" : "NULL", strerror(errno));
+		return !qp && errno == expect_errno ? 0 : 1;
 	}
 	test_poll_blocked_until_wait();
 	test_stream_send_sizes(iters);

@@ -71,6 +71,12 @@ if [ $rc -eq 0 ]; then
 	ASAN_OPTIONS=detect_leaks=1 timeout 600 "$WORK/verbs_loopback_asan" -d rxe0 -n 2 -m 200 -p 50 || rc=$?
 	echo "verbs_loopback under ASan/UBSan exit status $rc"
 fi
+if [ $rc -eq 0 ]; then
+	# Provider selection: the mlx5 direct provider refuses rxe (ENODEV = 19), a bad name is EINVAL.
+	GDS_PROVIDER=mlx5 timeout 60 "$WORK/verbs_loopback" -d rxe0 -e 19 || rc=$?
+	GDS_PROVIDER=bogus timeout 60 "$WORK/verbs_loopback" -d rxe0 -e 22 || rc=$?
+	echo "provider selection checks exit status $rc"
+fi
 cleanup
 if [ $rc -ne 0 ]; then
 	echo "gdsync-verbs suite: FAILED"
