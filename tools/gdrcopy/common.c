@@ -313,3 +313,58 @@ int cmp_double(const void *a, const void *b)
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
+
+int parse_alloc_option(const char *arg, gpu_alloc_kind_t *out)
+{
+    int k = gpu_alloc_parse(arg);
+    if (k < 0) {
+        fprintf(stderr, "invalid allocator '%s' (cuMemAlloc or cuMemCreate)\n", arg);
+        return -1;
+    }
+    *out = (gpu_alloc_kind_t)k;
+    return 0;
+}
+
+int parse_map_option(const char *arg, int *out)
+{
+    int flag = map_flag_parse(arg);
+    if (flag < 0) {
+        fprintf(stderr, "invalid mapping type '%s' (default, wc, cache or device)\n", arg);
+        return -1;
+    }
+    *out = flag;
+    return 0;
+}
+
+int bench_select_device(int dev_id, gpu_alloc_kind_t alloc, CUdevice *dev, CUcontext *ctx)
+{
+    CUresult r = cuInit(0);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "cuInit failed: %s\n", cuda_err_name(r));
+        return 1;
+    }
+    int ndev = 0;
+    r = print_gpu_list(&ndev);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "CUDA error: %s\n", cuda_err_name(r));
+        return 1;
+    }
+    if (dev_id >= ndev || dev_id < 0) {
+        fprintf(stderr, "GPU %d does not exist\n", dev_id);
+        return 1;
+    }
+    printf("selecting device %d\n", dev_id);
+    r = cuda_init_device(dev_id, dev, ctx);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "CUDA error: %s\n", cuda_err_name(r));
+        return 1;
+    }
+    if (alloc == GPU_ALLOC_CUMEMCREATE) {
+        const char *why = NULL;
+        if (!vmm_supported(*dev, &why)) {
+            fprintf(stderr, "cuMemCreate cannot be used: %s\n", why);
+            return 1;
+        }
+    }
+    return 0;
+}

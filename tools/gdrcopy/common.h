@@ -129,6 +129,16 @@ void fill_pattern(void *buf, size_t size, uint32_t seed);
 /* Index of the first differing byte, or -1 when equal. */
 long first_mismatch(const void *a, const void *b, size_t size);
 
+/* Options shared by copybw, copylat and apiperf: -a <allocator> and -M <mapping type>.
+ * Each prints upstream-style complaints and returns 0, or -1 for a bad value. */
+int parse_alloc_option(const char *arg, gpu_alloc_kind_t *out);
+int parse_map_option(const char *arg, int *out);
+
+/* Benchmark start-up shared by copybw, copylat and apiperf: cuInit, the "GPU id:" list,
+ * "selecting device <n>", primary context of dev_id, and a VMM capability check when alloc is
+ * cuMemCreate. Returns 0, or 1 after printing why it cannot go on. */
+int bench_select_device(int dev_id, gpu_alloc_kind_t alloc, CUdevice *dev, CUcontext *ctx);
+
 /* Parse a number with strtol base 0; exits with a message when it is not one. */
 long parse_long(const char *opt, const char *s);
 

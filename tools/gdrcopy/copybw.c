@@ -51,22 +51,8 @@ int main(int argc, char **argv)
         case 'w': num_write_iters = parse_long("-w", optarg); break;
         case 'r': num_read_iters = parse_long("-r", optarg); break;
         case 'l': do_loop = 1; break;
-        case 'a': {
-            int k = gpu_alloc_parse(optarg);
-            if (k < 0) {
-                fprintf(stderr, "invalid allocator '%s' (cuMemAlloc or cuMemCreate)\n", optarg);
-                return 1;
-            }
-            alloc = (gpu_alloc_kind_t)k;
-            break;
-        }
-        case 'M':
-            map_flag = map_flag_parse(optarg);
-            if (map_flag < 0) {
-                fprintf(stderr, "invalid mapping type '%s' (default, wc, cache or device)\n", optarg);
-                return 1;
-            }
-            break;
+        case 'a': if (parse_alloc_option(optarg, &alloc)) return 1; break;
+        case 'M': if (parse_map_option(optarg, &map_flag)) return 1; break;
         case 'h': usage(argv[0]); return 0;
         default: fprintf(stderr, "Invalid option\n"); usage(argv[0]); return 1;
         }
@@ -88,32 +74,14 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    CUresult r = cuInit(0);
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "cuInit failed: %s\n", cuda_err_name(r));
-        return 1;
-    }
-    int ndev = 0;
-    ASSERTDRV(print_gpu_list(&ndev));
-    if (dev_id >= ndev || dev_id < 0) {
-        fprintf(stderr, "GPU %d does not exist\n", dev_id);
-        return 1;
-    }
-    printf("selecting device %d\n", dev_id);
     CUdevice dev;
     CUcontext ctx;
-    ASSERTDRV(cuda_init_device(dev_id, &dev, &ctx));
+    if (bench_select_device(dev_id, alloc, &dev, &ctx))
+        return 1;
 
     printf("testing size: %zu\n", size);
     printf("rounded size: %zu\n", (size_t)ROUND_UP(size, GPU_PAGE_SIZE));
     printf("gpu alloc fn: %s\n", gpu_alloc_name(alloc));
-    if (alloc == GPU_ALLOC_CUMEMCREATE) {
-        const char *why = NULL;
-        if (!vmm_supported(dev, &why)) {
-            fprintf(stderr, "cuMemCreate cannot be used: %s\n", why);
-            return 1;
-        }
-    }
     gpu_buf_t b;
     ASSERTDRV(gpu_mem_alloc(&b, size, alloc, dev));
     printf("device ptr: 0x%llx\n", (unsigned long long)b.ptr);
