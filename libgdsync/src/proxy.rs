@@ -1082,4 +1082,80 @@ mod tests {
             assert_eq!((p.wr.opcode, p.wr.send_flags, p.wc_opcode), (10, IBV_SEND_IP_CSUM, 7));
         }
     }
+
+    /// Completions the fake `poll_cq` hands out (the "device").
+    static FAKE_WCS: Mutex<VecDeque<Wc>> = Mutex::new(VecDeque::new());
+
+    unsafe extern "C" fn fake_poll(_cq: *mut c_void, n: c_int, out: *mut Wc) -> c_int {
+        let mut q = lock(&FAKE_WCS);
+        let mut k = 0;
+        while k < n as usize {
+            let Some(w) = q.pop_front() else { break };
+            // SAFETY: the caller passes room for n completions.
+            unsafe { out.add(k).write(w) };
+            k += 1;
+        }
+        k as c_int
+    }
+
+    fn wc(id: u64) -> Wc {
+        Wc { wr_id: id, ..Wc::default() }
+    }
+
+    #[test]
+    fn cq_queue_blocking_peeks_and_sq_accounting() {
+        // A fake ibv_cq (only `cqe` is read) and a plain host area standing in for the registered one.
+        let mut fake_cq = [0u8; 64];
+        fake_cq[verbs::CQ_CQE..verbs::CQ_CQE + 4].copy_from_slice(&7u32.to_ne_bytes());
+        let mem = vec![0u32; 1024];
+        let area = Area { cpu: mem.as_ptr() as usize, dev: 0x7000_0000, len: 4096 };
+        // SAFETY: the fake CQ has `cqe` at its offset; the area outlives the CQ.
+        let cq = unsafe { make_cq(fake_cq.as_mut_ptr().cast(), fake_poll, &area, 64, 256, 8, true) };
+        assert_eq!((cq.ring, cq.npeek), (8, 8));
+        // SAFETY: the counter word lies inside `mem`.
+        let counter = |c: &ProxyCq| unsafe { load(c.counter) };
+        let mut out = [Wc::default(); 8];
+        // SAFETY: all-zero is a valid WaitRequest.
+        let mut req: Box<WaitRequest> = Box::new(unsafe { std::mem::zeroed() });
+        req.peek.entries = 32;
+        req.peek.offset = 0;
+        cq.prepare_wait(&mut req).unwrap();
+        assert_eq!(req.peek.entries, 2);
+        // SAFETY: union reads of the ops just written.
+        let (p0, p1) = unsafe { (req.wr[0].wr.dword_va, req.wr[1].wr.dword_va) };
+        assert_eq!((req.wr[0].type_, p0.data, p0.target_id), (IBV_EXP_PEER_OP_POLL_GEQ_DWORD, 1, cq.counter_id));
+        assert_eq!((req.wr[1].type_, p1.data, p1.target_id), (IBV_EXP_PEER_OP_STORE_DWORD, 0, cq.busy_id));
+        let r = ranges().get(cq.counter_id).unwrap();
+        assert_eq!(r.dev_addr(0, 4).unwrap(), 0x7000_0000 + 64);
+        let first_peek = req.peek.peek_id;
+        lock(&cq.inner).sq.extend([false, true, false]);
+        lock(&FAKE_WCS).extend([wc(10), wc(11)]);
+        assert_eq!(cq.poll_app(8, out.as_mut_ptr()), 0, "CQE 0 is held until its wait runs");
+        assert_eq!(counter(&cq), 2, "the counter the stream polls counts every completion");
+        assert_eq!(lock(&cq.inner).sq.len(), 0, "two completions retired unsignaled+signaled, then the last");
+        cq.abort_wait(first_peek).unwrap();
+        assert_eq!(cq.poll_app(8, out.as_mut_ptr()), 2);
+        assert_eq!((out[0].wr_id, out[1].wr_id), (10, 11));
+        // A wait for an already consumed CQE: its flag is reclaimed once released.
+        req.peek.offset = 1;
+        cq.prepare_wait(&mut req).unwrap();
+        assert_eq!(lock(&cq.inner).stale.len(), 1);
+        cq.abort_wait(req.peek.peek_id).unwrap();
+        assert_eq!(cq.poll_app(8, out.as_mut_ptr()), 0);
+        assert_eq!(lock(&cq.inner).stale.len(), 0);
+        // More than one ring ahead of the consumer index (2): E2BIG; all flags taken: ENOMEM.
+        req.peek.offset = 2 + 8;
+        assert_eq!(cq.prepare_wait(&mut req), Err(Errno(libc::E2BIG)));
+        for n in 2..10 {
+            req.peek.offset = n;
+            cq.prepare_wait(&mut req).unwrap();
+        }
+        req.peek.offset = 9;
+        assert_eq!(cq.prepare_wait(&mut req), Err(Errno::ENOMEM));
+        assert_eq!(cq.abort_wait(0x1234), Err(Errno::EINVAL), "foreign peek id");
+        req.peek.whence = 1;
+        assert_eq!(cq.prepare_wait(&mut req), Err(Errno::EINVAL), "relative peeks");
+        let _ = ranges().unregister(cq.counter_id);
+        let _ = ranges().unregister(cq.busy_id);
+    }
 }
