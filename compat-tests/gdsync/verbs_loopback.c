@@ -478,6 +478,84 @@ static void test_pingpong(int iters)
 	PASS();
 }
 
+/* gds_kernel_loopback_latency's shape: one UD QP sending to itself (receive buffers have room for
+ * the 40-byte GRH), each unit = stream send + wait on the send CQ + wait on the receive CQ, the
+ * CPU reposting receives and draining CQs per batch. Reports iterations per second. */
+static void test_ud_loopback(int iters)
+{
+	enum { BATCH = 16, SIZE = 64 };
+	struct end e;
+	struct ibv_qp_attr qa;
+	struct ibv_ah_attr aa;
+	struct ibv_ah *ah;
+	struct ibv_wc wc[BATCH];
+	gds_qp_init_attr_t attr;
+	double t0;
+	memset(&e, 0, sizeof(e));
+	memset(&attr, 0, sizeof(attr));
+	attr.cap.max_send_wr = attr.cap.max_recv_wr = DEPTH;
+	attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+	attr.qp_type = IBV_QPT_UD;
+	attr.sq_sig_all = 1;
+	CHECK((e.qp = gds_create_qp(pd, ctx, &attr, 0, 0)) != NULL, "gds_create_qp UD: %s", strerror(errno));
+	e.buf = aligned_alloc(4096, BUF);
+	CHECK(e.buf && (e.mr = ibv_reg_mr(pd, e.buf, BUF, IBV_ACCESS_LOCAL_WRITE)), "buffer");
+	memset(&qa, 0, sizeof(qa));
+	qa.qp_state = IBV_QPS_INIT;
+	qa.port_num = port;
+	qa.qkey = 0x11111111;
+	CHECK(ibv_modify_qp(e.qp->qp, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) == 0, "INIT");
+	qa.qp_state = IBV_QPS_RTR;
+	CHECK(ibv_modify_qp(e.qp->qp, &qa, IBV_QP_STATE) == 0, "RTR");
+	qa.qp_state = IBV_QPS_RTS;
+	qa.sq_psn = 0;
+	CHECK(ibv_modify_qp(e.qp->qp, &qa, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0, "RTS");
+	memset(&aa, 0, sizeof(aa));
+	aa.is_global = 1;
+	aa.grh.dgid = gid;
+	aa.grh.sgid_index = gid_index;
+	aa.grh.hop_limit = 1;
+	aa.port_num = port;
+	CHECK((ah = ibv_create_ah(pd, &aa)) != NULL, "ibv_create_ah");
+	t0 = now_s();
+	for (int done = 0; done < iters;) {
+		int n = iters - done < BATCH ? iters - done : BATCH;
+		for (int i = 0; i < n; i++)
+			CHECK(post_recv(&e, 4096 + i * 128, SIZE + 40, done + i) == 0, "post_recv");
+		for (int i = 0; i < n; i++) {
+			struct ibv_sge sge;
+			gds_send_wr wr, *bad = NULL;
+			uint32_t v = done + i;
+			memcpy(e.buf + i * 64, &v, 4);
+			send_wr(&wr, &sge, &e, i * 64, SIZE, done + i);
+			wr.wr.ud.ah = ah;
+			wr.wr.ud.remote_qpn = e.qp->qp->qp_num;
+			wr.wr.ud.remote_qkey = 0x11111111;
+			CHECK(gds_stream_queue_send(stream, e.qp, &wr, &bad) == 0, "queue_send");
+			CHECK(gds_stream_wait_cq(stream, &e.qp->send_cq, 0) == 0, "wait send");
+			CHECK(gds_stream_wait_cq(stream, &e.qp->recv_cq, 0) == 0, "wait recv");
+		}
+		CHECK(drain(120000) == 0, "stream stuck at %d", done);
+		CHECK(poll_n(e.qp->send_cq.cq, wc, n, 5000) == n, "send CQEs");
+		CHECK(poll_n(e.qp->recv_cq.cq, wc, n, 5000) == n, "recv CQEs");
+		for (int i = 0; i < n; i++) {
+			uint32_t v;
+			memcpy(&v, e.buf + 4096 + i * 128 + 40, 4);
+			CHECK(wc[i].status == IBV_WC_SUCCESS && wc[i].byte_len == SIZE + 40 && v == (uint32_t)(done + i),
+			      "UD receive %d: status %d len %u value %u", done + i, wc[i].status, wc[i].byte_len, v);
+		}
+		done += n;
+	}
+	{
+		double dt = now_s() - t0;
+		printf("     UD loopback: %d iterations in %.3f s = %.1f iterations/s (%.1f usec/iter)\n", iters, dt, iters / dt,
+		       dt * 1e6 / iters);
+	}
+	ibv_destroy_ah(ah);
+	CHECK(free_end(&e) == 0, "destroy");
+	PASS();
+}
+
 static int find_gid(void)
 {
 	struct ibv_port_attr pa;
@@ -563,6 +641,7 @@ int main(int argc, char **argv)
 	test_completion_errors();
 	test_teardown_outstanding();
 	test_pingpong(pp);
+	test_ud_loopback(pp);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
 	printf("verbs_loopback: %d passed, %d failed\n", passes, failures);
