@@ -26,6 +26,7 @@ static struct ibv_pd *pd;
 static int gid_index = -1, port = 1;
 static enum ibv_mtu mtu;
 static union ibv_gid gid;
+static int atomics;
 
 #define FAIL(...) do { fprintf(stderr, "FAIL %s:%d: ", __func__, __LINE__); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); failures++; return; } while (0)
 #define CHECK(c, ...) do { if (!(c)) FAIL(__VA_ARGS__); } while (0)
@@ -107,7 +108,8 @@ static int make_end(struct end *e, int sig_all)
 	if (!e->buf)
 		return -1;
 	memset(e->buf, 0, BUF);
-	e->mr = ibv_reg_mr(pd, e->buf, BUF, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+	e->mr = ibv_reg_mr(pd, e->buf, BUF, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+			   (atomics ? IBV_ACCESS_REMOTE_ATOMIC : 0));
 	return e->mr ? 0 : -1;
 }
 
@@ -126,7 +128,8 @@ static int connect_qp(struct ibv_qp *qp, uint32_t remote_qpn)
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_INIT;
 	a.port_num = port;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE |
+			    (atomics ? IBV_ACCESS_REMOTE_ATOMIC : 0);
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
 		return -1;
 	memset(&a, 0, sizeof(a));
@@ -342,6 +345,64 @@ static void test_many_batched(int total)
 	CHECK(free_end(&a) == 0 && free_end(&b) == 0, "destroy");
 	free(sreq);
 	free(wreq);
+	PASS();
+}
+
+/* One-sided operations through the stream: RDMA write (+ immediate), RDMA read, fetch-and-add. */
+static void test_rdma_ops(void)
+{
+	struct end a, b;
+	struct ibv_sge sge;
+	gds_send_wr wr, *bad = NULL;
+	struct ibv_wc wc[2];
+	CHECK(make_pair(&a, &b, 0) == 0, "QP pair");
+	fill(a.buf, 4096, 5);
+	send_wr(&wr, &sge, &a, 0, 4096, 1);
+	wr.exp_opcode = IBV_EXP_WR_RDMA_WRITE;
+	wr.wr.rdma.remote_addr = (uintptr_t)b.buf + 8192;
+	wr.wr.rdma.rkey = b.mr->rkey;
+	CHECK(gds_stream_queue_send(stream, a.qp, &wr, &bad) == 0 && gds_stream_wait_cq(stream, &a.qp->send_cq, 0) == 0, "write");
+	CHECK(drain(30000) == 0 && poll_n(a.qp->send_cq.cq, wc, 1, 5000) == 1, "write completion");
+	CHECK(wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_RDMA_WRITE, "write status %d", wc[0].status);
+	CHECK(memcmp(a.buf, b.buf + 8192, 4096) == 0, "RDMA write payload");
+	CHECK(post_recv(&b, 0, 64, 77) == 0, "post_recv");
+	send_wr(&wr, &sge, &a, 0, 16, 2);
+	wr.exp_opcode = IBV_EXP_WR_RDMA_WRITE_WITH_IMM;
+	wr.ex.imm_data = htonl(0xabcd1234);
+	wr.wr.rdma.remote_addr = (uintptr_t)b.buf + 16384;
+	wr.wr.rdma.rkey = b.mr->rkey;
+	CHECK(gds_stream_queue_send(stream, a.qp, &wr, &bad) == 0 && gds_stream_wait_cq(stream, &b.qp->recv_cq, 0) == 0, "write imm");
+	CHECK(drain(30000) == 0 && poll_n(b.qp->recv_cq.cq, wc, 1, 5000) == 1, "imm completion");
+	CHECK(wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_RECV_RDMA_WITH_IMM && ntohl(wc[0].imm_data) == 0xabcd1234 &&
+	      (wc[0].wc_flags & IBV_WC_WITH_IMM), "imm wc: status %d opcode %d", wc[0].status, wc[0].opcode);
+	CHECK(poll_n(a.qp->send_cq.cq, wc, 1, 5000) == 1, "write-imm send completion");
+	fill(b.buf + 32768, 1000, 9);
+	send_wr(&wr, &sge, &a, 65536, 1000, 3);
+	wr.exp_opcode = IBV_EXP_WR_RDMA_READ;
+	wr.wr.rdma.remote_addr = (uintptr_t)b.buf + 32768;
+	wr.wr.rdma.rkey = b.mr->rkey;
+	CHECK(gds_stream_queue_send(stream, a.qp, &wr, &bad) == 0 && gds_stream_wait_cq(stream, &a.qp->send_cq, 0) == 0, "read");
+	CHECK(drain(30000) == 0 && poll_n(a.qp->send_cq.cq, wc, 1, 5000) == 1, "read completion");
+	CHECK(wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_RDMA_READ, "read status %d", wc[0].status);
+	CHECK(memcmp(a.buf + 65536, b.buf + 32768, 1000) == 0, "RDMA read payload");
+	if (atomics) {
+		uint64_t *remote = (uint64_t *)(b.buf + 49152), old;
+		*remote = 1000;
+		send_wr(&wr, &sge, &a, 70000 & ~7u, 8, 4);
+		wr.exp_opcode = IBV_EXP_WR_ATOMIC_FETCH_AND_ADD;
+		wr.wr.atomic.remote_addr = (uintptr_t)remote;
+		wr.wr.atomic.compare_add = 5;
+		wr.wr.atomic.rkey = b.mr->rkey;
+		CHECK(gds_stream_queue_send(stream, a.qp, &wr, &bad) == 0 && gds_stream_wait_cq(stream, &a.qp->send_cq, 0) == 0, "faa");
+		CHECK(drain(30000) == 0 && poll_n(a.qp->send_cq.cq, wc, 1, 5000) == 1, "faa completion");
+		memcpy(&old, a.buf + (70000 & ~7u), 8);
+		CHECK(wc[0].status == IBV_WC_SUCCESS && old == 1000 && *(volatile uint64_t *)remote == 1005,
+		      "fetch-and-add: status %d old %llu new %llu", wc[0].status, (unsigned long long)old,
+		      (unsigned long long)*remote);
+	} else {
+		printf("     (device has no atomics: fetch-and-add not run)\n");
+	}
+	CHECK(free_end(&a) == 0 && free_end(&b) == 0, "destroy");
 	PASS();
 }
 
@@ -611,6 +672,10 @@ int main(int argc, char **argv)
 		if (!devname || !strcmp(devname, ibv_get_device_name(list[i])))
 			ctx = ibv_open_device(list[i]);
 	ibv_free_device_list(list);
+	if (ctx) {
+		struct ibv_device_attr da;
+		atomics = !ibv_query_device(ctx, &da) && da.atomic_cap != IBV_ATOMIC_NONE;
+	}
 	if (!ctx || !(pd = ibv_alloc_pd(ctx)) || find_gid()) {
 		fprintf(stderr, "cannot open the RDMA device / port / GID\n");
 		return 1;
@@ -637,6 +702,7 @@ int main(int argc, char **argv)
 	test_poll_blocked_until_wait();
 	test_stream_send_sizes(iters);
 	test_many_batched(many);
+	test_rdma_ops();
 	test_bad_requests();
 	test_completion_errors();
 	test_teardown_outstanding();
