@@ -821,7 +821,7 @@ static void region_unreserve(struct gdr_region *r)
 	lockdep_assert_held(&r->sem);
 	for (i = 0; i < r->nr_wc; i++)
 		gdrdrv_memtype_free_wc(r->wc[i].phys, r->wc[i].len);
-	kfree(r->wc);
+	kvfree(r->wc);
 	r->wc = NULL;
 	r->nr_wc = 0;
 }
@@ -907,8 +907,10 @@ static int region_prepare_map(struct gdr_region *r, unsigned long size, bool wc)
 	u32 i, n = 0;
 	int ret;
 
+	region_unreserve(r);	/* nothing is registered here; keeps the invariant obvious */
 	if (wc) {
-		r->wc = kcalloc(nr_gpu_pages, sizeof(*r->wc), GFP_KERNEL);
+		/* One entry per run, at most one per GPU page; large mappings need vmalloc. */
+		r->wc = kvcalloc(nr_gpu_pages, sizeof(*r->wc), GFP_KERNEL);
 		if (!r->wc)
 			return -ENOMEM;
 	}
