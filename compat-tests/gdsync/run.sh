@@ -68,7 +68,7 @@ g++ "${CFLAGS_CXX[@]}" "$here/abi_layout.c" -o "$out/abi_layout_cxx" && "$out/ab
 
 step "rdma-core layouts the verbs code hard-codes (verbs_layout.c)"
 gcc "${CFLAGS_C[@]}" "$here/verbs_layout.c" -o "$out/verbs_layout" && "$out/verbs_layout" || bad "verbs_layout"
-gcc "${CFLAGS_C[@]}" "$here/verbs_loopback.c" -o "$out/verbs_loopback" -L"$out/lib" -lgdsync -libverbs -lcuda || bad "verbs_loopback.c does not compile"
+gcc "${CFLAGS_C[@]}" "$here/verbs_loopback.c" -o "$out/verbs_loopback" -L"$out/lib" -lgdsync -libverbs -lcuda -lpthread || bad "verbs_loopback.c does not compile"
 
 step "exported symbols, soname, dependencies"
 grep -v '^#' "$here/symbols.expected" | sort > "$out/sym.want"

@@ -13,6 +13,7 @@
 #include <gdsync/mlx5.h>
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@ static int gid_index = -1, port = 1;
 static enum ibv_mtu mtu;
 static union ibv_gid gid;
 static int atomics;
+static CUcontext cuctx;
 
 #define FAIL(...) do { fprintf(stderr, "FAIL %s:%d: ", __func__, __LINE__); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); failures++; return; } while (0)
 #define CHECK(c, ...) do { if (!(c)) FAIL(__VA_ARGS__); } while (0)
@@ -499,6 +501,55 @@ static void test_teardown_outstanding(void)
 	PASS();
 }
 
+/* Several application threads, each with its own QP pair and stream, at the same time (one proxy
+ * thread serves them all; the poll hook and the registries are shared). */
+struct thr { int msgs; int ok; };
+
+static void *thread_body(void *p)
+{
+	struct thr *t = p;
+	struct end a, b;
+	CUstream s;
+	struct ibv_wc wc[4];
+	if (cuCtxSetCurrent(cuctx) || cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) || make_pair(&a, &b, 1))
+		return NULL;
+	for (int i = 0; i < t->msgs; i++) {
+		struct ibv_sge sge;
+		gds_send_wr wr, *bad = NULL;
+		uint32_t v = i * 3 + 1, got;
+		memcpy(a.buf, &v, 4);
+		if (post_recv(&b, 0, 64, i) || (send_wr(&wr, &sge, &a, 0, 64, i), gds_stream_queue_send(s, a.qp, &wr, &bad)) ||
+		    gds_stream_wait_cq(s, &a.qp->send_cq, 0) || gds_stream_wait_cq(s, &b.qp->recv_cq, 0) || cuStreamSynchronize(s))
+			return NULL;
+		if (poll_n(a.qp->send_cq.cq, wc, 1, 5000) != 1 || poll_n(b.qp->recv_cq.cq, wc + 1, 1, 5000) != 1 ||
+		    wc[1].status != IBV_WC_SUCCESS)
+			return NULL;
+		memcpy(&got, b.buf, 4);
+		if (got != v)
+			return NULL;
+	}
+	t->ok = free_end(&a) == 0 && free_end(&b) == 0 && cuStreamDestroy(s) == 0;
+	return NULL;
+}
+
+static void test_threads(int msgs)
+{
+	enum { N = 3 };
+	pthread_t th[N];
+	struct thr t[N];
+	for (int i = 0; i < N; i++) {
+		t[i].msgs = msgs;
+		t[i].ok = 0;
+		CHECK(pthread_create(&th[i], NULL, thread_body, &t[i]) == 0, "pthread_create");
+	}
+	for (int i = 0; i < N; i++)
+		pthread_join(th[i], NULL);
+	for (int i = 0; i < N; i++)
+		CHECK(t[i].ok, "thread %d failed", i);
+	printf("     %d threads x %d messages\n", N, msgs);
+	PASS();
+}
+
 /* Ping-pong in the style of gds_kernel_loopback_latency: per iteration the stream sends A→B,
  * waits for A's send CQ and B's receive CQ, then B→A likewise. Work is queued in batches; the CPU
  * reposts receives and drains the CQs after each batch. Timing under emulation is not judged. */
@@ -650,7 +701,6 @@ int main(int argc, char **argv)
 	const char *devname = getenv("USE_HCA");
 	int iters = 20, pp = 200, many = 1000, opt, ndev = 0, expect_errno = 0;
 	CUdevice dev;
-	CUcontext cuctx;
 	struct ibv_device **list;
 	while ((opt = getopt(argc, argv, "d:g:n:p:m:e:")) != -1) {
 		switch (opt) {
@@ -706,6 +756,7 @@ int main(int argc, char **argv)
 	test_bad_requests();
 	test_completion_errors();
 	test_teardown_outstanding();
+	test_threads(many / 5);
 	test_pingpong(pp);
 	test_ud_loopback(pp);
 	ibv_dealloc_pd(pd);

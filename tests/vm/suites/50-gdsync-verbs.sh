@@ -41,9 +41,9 @@ cp "$REPO/target/release/libgdsync.so" "$WORK/lib/libgdsync.so.2"
 ln -s libgdsync.so.2 "$WORK/lib/libgdsync.so"
 ln -s "$STAGE_LIB/libcuda.so.1" "$WORK/lib/libcuda.so"
 gcc -std=gnu11 -O2 -g -Wall -Wextra -Werror -I"$REPO/include" -I"$CUDA_INC" "$CT/verbs_loopback.c" \
-	-o "$WORK/verbs_loopback" -L"$WORK/lib" -lgdsync -libverbs -lcuda || die "cannot compile verbs_loopback.c"
+	-o "$WORK/verbs_loopback" -L"$WORK/lib" -lgdsync -libverbs -lcuda -lpthread || die "cannot compile verbs_loopback.c"
 gcc -std=gnu11 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -I"$REPO/include" -I"$CUDA_INC" \
-	"$CT/verbs_loopback.c" -o "$WORK/verbs_loopback_asan" -L"$WORK/lib" -lgdsync -libverbs -lcuda ||
+	"$CT/verbs_loopback.c" -o "$WORK/verbs_loopback_asan" -L"$WORK/lib" -lgdsync -libverbs -lcuda -lpthread ||
 	die "cannot compile verbs_loopback.c with ASan/UBSan"
 export LD_LIBRARY_PATH=$WORK/lib:$STAGE_LIB
 
