@@ -706,25 +706,26 @@ impl ProxyQp {
 // ---------------------------------------------------------------------------------------------
 // The proxy thread
 
-fn thread_handle() -> &'static std::thread::Thread {
-    static T: OnceLock<std::thread::Thread> = OnceLock::new();
-    T.get_or_init(|| {
-        std::thread::Builder::new()
-            .name("gds-proxy".into())
-            .spawn(run)
-            .map(|h| h.thread().clone())
-            .unwrap_or_else(|e| {
-                gds_err!("gds_proxy", "cannot start the proxy thread: {e}");
-                std::thread::current()
-            })
+/// The proxy thread, started once; `None` (reported once) if it could not be started.
+fn proxy_thread() -> Option<&'static std::thread::Thread> {
+    static T: OnceLock<Option<std::thread::Thread>> = OnceLock::new();
+    T.get_or_init(|| match std::thread::Builder::new().name("gds-proxy".into()).spawn(run) {
+        Ok(h) => Some(h.thread().clone()),
+        Err(e) => {
+            gds_err!("gds_proxy", "cannot start the proxy thread: {e}");
+            None
+        }
     })
+    .as_ref()
 }
 
 static STARTED: AtomicBool = AtomicBool::new(false);
 
 fn wake() {
-    if STARTED.load(Ordering::Acquire) {
-        thread_handle().unpark();
+    if STARTED.load(Ordering::Acquire)
+        && let Some(t) = proxy_thread()
+    {
+        t.unpark();
     }
 }
 
@@ -833,6 +834,10 @@ impl Proxy {
             gds_err!(F, "exp_create_flags {:#x} are not supported", a.exp_create_flags);
             return Err(Errno::EINVAL);
         }
+        if proxy_thread().is_none() {
+            return Err(Errno(libc::EAGAIN));
+        }
+        STARTED.store(true, Ordering::Release);
         // SAFETY: live context per the contract.
         let orig = unsafe { install_hook(ctx) }?;
         let ncq_s = a.cap.max_send_wr.max(1);
@@ -930,8 +935,6 @@ impl Proxy {
             c.insert(rcq as usize, recv);
         }
         lock(qps()).insert(gds as usize, pq);
-        thread_handle();
-        STARTED.store(true, Ordering::Release);
         wake();
         // SAFETY: live context.
         let dev = unsafe { verbs::device_name(ctx) };
