@@ -822,6 +822,38 @@ static int t_data(void)
 	return 0;
 }
 
+/* A large pin: every host page of a 64 MiB mapping reaches the right GPU page, both ways. */
+static int t_large(void)
+{
+	const uint64_t size = 64ULL << 20;
+	int gs = gs_open(), fd = gdr_open();
+	struct buf b;
+
+	CHECK(gs >= 0 && fd >= 0, "open");
+	if (buf_setup(&b, gs, fd, size, true))
+		return -1;
+	volatile uint32_t *c = b.cpu, *g = b.gpu;
+	size_t step = (size_t)page_size / 4;
+
+	for (size_t i = 0; i < size / 4; i += step) {
+		c[i] = pattern(21, i);
+		c[i + step - 1] = pattern(22, i);
+	}
+	__sync_synchronize();
+	for (size_t i = 0; i < size / 4; i += step)
+		CHECK(g[i] == pattern(21, i) && g[i + step - 1] == pattern(22, i),
+		      "page at offset 0x%zx differs", i * 4);
+	for (size_t i = 0; i < size / 4; i += step)
+		g[i + 1] = pattern(23, i);
+	__sync_synchronize();
+	for (size_t i = 0; i < size / 4; i += step)
+		CHECK(c[i + 1] == pattern(23, i), "page at offset 0x%zx differs (gpu->cpu)", i * 4);
+	if (buf_teardown(&b))
+		return -1;
+	close(fd);
+	return 0;
+}
+
 /* Free the GPU memory while it is pinned and mapped. */
 static int t_invalidation(void)
 {
@@ -1564,6 +1596,7 @@ static const struct test tests[] = {
 	{ "mapping_type", t_mapping_type },
 	{ "mmap_checks", t_mmap_checks },
 	{ "data", t_data },
+	{ "large", t_large },
 	{ "invalidation", t_invalidation },
 	{ "invalidation_gpusim_close", t_invalidation_gpusim_close },
 	{ "fork", t_fork },

@@ -172,7 +172,7 @@ check_pat_clean "$PAT_BEFORE"
 if [ -w "$SCATTER" ]; then
 	step "pass 3: gpusim scatter_pages=1 (non-contiguous BAR pages)"
 	echo 1 > "$SCATTER"
-	run_tests 0 data mmap_checks invalidation races
+	run_tests 0 data large mmap_checks invalidation races
 	expect_file $REFC 0
 	reload
 	check_node
