@@ -330,6 +330,9 @@ pub unsafe extern "C" fn gds_post_send(qp: *mut GdsQp, wr: *mut c_void, bad_wr: 
             let _ = unsafe { provider().rollback_send(q, req.commit.rollback_id) };
             return Err(e);
         }
+        // SAFETY: prepare_send succeeded, so qp is live.
+        let q = unsafe { live_qp("gds_post_send", qp) }?;
+        provider().after_cpu_send(q);
         Ok(())
     })
 }

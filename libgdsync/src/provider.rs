@@ -69,6 +69,11 @@ pub trait Provider: Sync {
     /// # Safety
     /// As `prepare_wait`.
     unsafe fn abort_wait(&self, cq: NonNull<GdsCq>, peek_id: u64) -> Result<()>;
+
+    /// Called after the CPU executed a prepared send (`gds_post_send`): a provider whose doorbell
+    /// is not the NIC's (the proxy) posts it now, so the call returns with the send posted, as
+    /// upstream's does. Default: nothing to do.
+    fn after_cpu_send(&self, _qp: NonNull<GdsQp>) {}
 }
 
 /// Which provider `GDS_PROVIDER` asks for (read once): unset, `auto` or `proxy` → the CPU proxy
@@ -153,6 +158,11 @@ impl Provider for Dispatch {
         }
         // SAFETY: forwarded contract.
         unsafe { Proxy.prepare_wait(cq, request) }
+    }
+    fn after_cpu_send(&self, qp: NonNull<GdsQp>) {
+        if !m5::owns_qp(qp) {
+            Proxy.after_cpu_send(qp);
+        }
     }
     unsafe fn abort_wait(&self, cq: NonNull<GdsCq>, peek_id: u64) -> Result<()> {
         if m5::owns_cq(cq) {

@@ -1017,6 +1017,12 @@ impl Provider for Proxy {
     unsafe fn abort_wait(&self, cq: NonNull<GdsCq>, peek_id: u64) -> Result<()> {
         find_cq(cq)?.abort_wait(peek_id)
     }
+    fn after_cpu_send(&self, qp: NonNull<GdsQp>) {
+        // The trigger word was just written by this thread: post in the caller, not later.
+        if let Ok(q) = find_qp(qp) {
+            q.service();
+        }
+    }
 }
 
 #[cfg(test)]
