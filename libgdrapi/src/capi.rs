@@ -55,7 +55,7 @@ pub extern "C" fn gdr_close(g: GdrT) -> c_int {
         let key = g as usize;
         let instance = registry::instance(key)?;
         let result = instance.unpin_all();
-        registry::forget_unpinned(key, &instance);
+        registry::forget_unpinned(key);
         result?;
         // Dropping the last reference closes the gdrdrv file (or releases CUDA).
         registry::remove_instance(key);
@@ -97,7 +97,7 @@ pub extern "C" fn gdr_unpin_buffer(g: GdrT, handle: GdrMh) -> c_int {
         let instance = registry::instance(key)?;
         let pin = registry::handle_of(key, handle.h as usize)?;
         let result = instance.unpin(&pin);
-        registry::forget_unpinned(key, &instance);
+        registry::forget_unpinned(key);
         result
     })
 }

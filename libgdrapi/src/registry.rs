@@ -18,6 +18,7 @@ use gpudirect_common::{Errno, Result};
 use crate::abi::MappingType;
 use crate::core::{Instance, Pin};
 
+
 /// The first 48 bytes of upstream's `struct gdr`.
 #[repr(C)]
 #[derive(Debug, Default)]
@@ -95,8 +96,9 @@ pub fn remove_instance(g: usize) -> Option<Arc<Instance>> {
 
 /// Registers a pin of instance `owner`; returns the `gdr_mh_t.h` value.
 pub fn add_handle(owner: usize, pin: Arc<Pin>) -> usize {
-    let mut record = QUARANTINE.lock().unwrap_or_else(|p| p.into_inner()).pop_front().unwrap_or_default();
-    *record = HandleRecord::default();
+    // Always a fresh allocation: freed records wait in the quarantine, so the allocator cannot
+    // hand a recently unpinned handle's address out again soon.
+    let mut record = Box::<HandleRecord>::default();
     if let Some(h) = pin.kernel_handle() {
         // Upstream keeps the kernel handle as a uint32_t at offset 24.
         record.words[0] = u64::from(h as u32);
@@ -138,15 +140,11 @@ pub fn note_mapping_type(h: usize, t: MappingType) {
     }
 }
 
-/// Drops the handles of `g` whose pins its instance no longer holds.
-pub fn forget_unpinned(g: usize, instance: &Instance) {
-    let live = instance.live_pins();
+/// Drops the handles of `g` whose pins are unpinned. The pin's own flag decides, not a snapshot
+/// of the instance's list, so a pin made by another thread meanwhile is never taken for dead.
+pub fn forget_unpinned(g: usize) {
     let mut handles = HANDLES.write().unwrap_or_else(|p| p.into_inner());
-    let dead: Vec<usize> = handles
-        .iter()
-        .filter(|(_, e)| e.owner == g && !live.iter().any(|p| Arc::ptr_eq(p, &e.pin)))
-        .map(|(k, _)| *k)
-        .collect();
+    let dead: Vec<usize> = handles.iter().filter(|(_, e)| e.owner == g && e.pin.is_unpinned()).map(|(k, _)| *k).collect();
     let mut q = QUARANTINE.lock().unwrap_or_else(|p| p.into_inner());
     for k in dead {
         if let Some(e) = handles.remove(&k) {

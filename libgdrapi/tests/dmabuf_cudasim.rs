@@ -197,3 +197,41 @@ fn dma_buf_backend_refuses_an_old_driver() {
     let g = capi::gdr_open();
     assert!(g.is_null(), "a CUDA 13.0 driver must not give a dma-buf backend");
 }
+
+/// Several threads pin, map, copy, unmap and unpin on one `gdr_t` at once (the registry must never
+/// take another thread's fresh handle for a dead one).
+#[test]
+fn dma_buf_many_threads_one_instance() {
+    if std::env::var_os(CHILD).is_none() {
+        return run_in_child("dma_buf_many_threads_one_instance");
+    }
+    let cuda = Cuda::init();
+    let g = capi::gdr_open() as usize;
+    assert_ne!(g, 0);
+    const BUF: usize = 64 << 10;
+    let bufs: Vec<u64> = (0..8).map(|_| cuda.alloc(BUF)).collect();
+    std::thread::scope(|s| {
+        for (t, &dptr) in bufs.iter().enumerate() {
+            s.spawn(move || {
+                let g = g as capi::GdrT;
+                for round in 0..2000 {
+                    let mut mh = GdrMh { h: 0 };
+                    assert_eq!(capi::gdr_pin_buffer_v2(g, dptr as _, BUF, 0, &mut mh), 0, "pin t{t} r{round}");
+                    let mut va = std::ptr::null_mut();
+                    assert_eq!(capi::gdr_map(g, mh, &mut va, BUF), 0, "map t{t} r{round}");
+                    let data = pattern((t * 7 + round) as u8, 256);
+                    assert_eq!(capi::gdr_copy_to_mapping(mh, va, data.as_ptr().cast(), data.len()), 0, "copy t{t} r{round}");
+                    let mut back = vec![0u8; data.len()];
+                    assert_eq!(capi::gdr_copy_from_mapping(mh, back.as_mut_ptr().cast(), va, back.len()), 0);
+                    assert_eq!(back, data, "t{t} r{round}");
+                    assert_eq!(capi::gdr_unmap(g, mh, va, BUF), 0, "unmap t{t} r{round}");
+                    assert_eq!(capi::gdr_unpin_buffer(g, mh), 0, "unpin t{t} r{round}");
+                }
+            });
+        }
+    });
+    assert_eq!(capi::gdr_close(g as capi::GdrT), 0);
+    for p in bufs {
+        cuda.free(p);
+    }
+}
