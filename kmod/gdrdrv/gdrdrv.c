@@ -542,42 +542,44 @@ static int unpin_region(struct gdr_file *gf, gdr_hnd_t handle)
 	return 0;
 }
 
-static int ioctl_pin_buffer(struct gdr_file *gf, void __user *arg)
+/*
+ * Copy a PIN reply (the caller's parameters with the new handle) back to user space; a handle
+ * the caller can never learn would leak, so it is unpinned when the copy fails.
+ */
+static int pin_reply(struct gdr_file *gf, void __user *arg, const void *p, size_t size,
+		     gdr_hnd_t handle)
 {
-	struct GDRDRV_IOC_PIN_BUFFER_PARAMS p;
-	gdr_hnd_t handle;
-	int ret;
-
-	if (copy_from_user(&p, arg, sizeof(p)))
-		return -EFAULT;
-	ret = pin_region(gf, p.addr, p.size, p.p2p_token, p.va_space, 0, &handle);
-	if (ret)
-		return ret;
-	p.handle = handle;
-	if (copy_to_user(arg, &p, sizeof(p))) {
+	if (copy_to_user(arg, p, size)) {
 		unpin_region(gf, handle);
 		return -EFAULT;
 	}
 	return 0;
 }
 
-static int ioctl_pin_buffer_v2(struct gdr_file *gf, void __user *arg)
+static int ioctl_pin_buffer(struct gdr_file *gf, void __user *arg)
 {
-	struct GDRDRV_IOC_PIN_BUFFER_V2_PARAMS p;
-	gdr_hnd_t handle;
+	struct GDRDRV_IOC_PIN_BUFFER_PARAMS p;
 	int ret;
 
 	if (copy_from_user(&p, arg, sizeof(p)))
 		return -EFAULT;
-	ret = pin_region(gf, p.addr, p.size, 0, 0, p.flags, &handle);
+	ret = pin_region(gf, p.addr, p.size, p.p2p_token, p.va_space, 0, &p.handle);
 	if (ret)
 		return ret;
-	p.handle = handle;
-	if (copy_to_user(arg, &p, sizeof(p))) {
-		unpin_region(gf, handle);
+	return pin_reply(gf, arg, &p, sizeof(p), p.handle);
+}
+
+static int ioctl_pin_buffer_v2(struct gdr_file *gf, void __user *arg)
+{
+	struct GDRDRV_IOC_PIN_BUFFER_V2_PARAMS p;
+	int ret;
+
+	if (copy_from_user(&p, arg, sizeof(p)))
 		return -EFAULT;
-	}
-	return 0;
+	ret = pin_region(gf, p.addr, p.size, 0, 0, p.flags, &p.handle);
+	if (ret)
+		return ret;
+	return pin_reply(gf, arg, &p, sizeof(p), p.handle);
 }
 
 static int ioctl_unpin_buffer(struct gdr_file *gf, void __user *arg)
@@ -608,72 +610,45 @@ static int ioctl_get_cb_flag(struct gdr_file *gf, void __user *arg)
 	return 0;
 }
 
-/* The fields common to GET_INFO and GET_INFO_V2. */
-struct region_info {
-	u64 va, mapped_size, tm_cycles;
-	u32 page_size, tsc_khz;
-	gdr_mr_type_t type;
+/*
+ * GET_INFO and GET_INFO_V2 lay out the same fields up to tm_cycles and differ only in how they
+ * report the mapping type (two flags, or the type itself), so one handler serves both.
+ */
+union get_info_params {
+	struct GDRDRV_IOC_GET_INFO_PARAMS v1;
+	struct GDRDRV_IOC_GET_INFO_V2_PARAMS v2;
 };
 
-static int region_query(struct gdr_file *gf, gdr_hnd_t handle, struct region_info *ri)
+static int ioctl_get_info(struct gdr_file *gf, void __user *arg, bool v2)
 {
-	struct gdr_region *r = region_get(gf, handle, false);
+	union get_info_params p;
+	/* The shared fields, written through either member: their offsets are checked below. */
+	struct GDRDRV_IOC_GET_INFO_V2_PARAMS *c = &p.v2;
+	size_t size = v2 ? sizeof(p.v2) : sizeof(p.v1);
+	struct gdr_region *r;
 
+	BUILD_BUG_ON(offsetof(struct GDRDRV_IOC_GET_INFO_PARAMS, tm_cycles) !=
+		     offsetof(struct GDRDRV_IOC_GET_INFO_V2_PARAMS, tm_cycles));
+	if (copy_from_user(&p, arg, size))
+		return -EFAULT;
+	r = region_get(gf, c->handle, false);
 	if (!r) {
-		gdr_err("unknown handle 0x%llx\n", handle);
+		gdr_err("unknown handle 0x%llx\n", c->handle);
 		return -EINVAL;
 	}
-	ri->va = r->va;
-	ri->mapped_size = r->mapped_size;
-	ri->page_size = GPU_PAGE_SIZE;	/* nothing else is accepted at pin time */
-	ri->tm_cycles = r->tm_cycles;
-	ri->tsc_khz = r->tsc_khz;
-	ri->type = r->mapping_type;
+	c->va = r->va;
+	c->mapped_size = r->mapped_size;
+	c->page_size = GPU_PAGE_SIZE;	/* nothing else is accepted at pin time */
+	c->tsc_khz = r->tsc_khz;
+	c->tm_cycles = r->tm_cycles;
+	if (v2) {
+		p.v2.mapping_type = r->mapping_type;
+	} else {
+		p.v1.mapped = r->mapping_type != GDR_MR_NONE;
+		p.v1.wc_mapping = r->mapping_type == GDR_MR_WC;
+	}
 	up_read(&r->sem);
-	return 0;
-}
-
-static int ioctl_get_info(struct gdr_file *gf, void __user *arg)
-{
-	struct GDRDRV_IOC_GET_INFO_PARAMS p;
-	struct region_info ri;
-	int ret;
-
-	if (copy_from_user(&p, arg, sizeof(p)))
-		return -EFAULT;
-	ret = region_query(gf, p.handle, &ri);
-	if (ret)
-		return ret;
-	p.va = ri.va;
-	p.mapped_size = ri.mapped_size;
-	p.page_size = ri.page_size;
-	p.tsc_khz = ri.tsc_khz;
-	p.tm_cycles = ri.tm_cycles;
-	p.mapped = ri.type != GDR_MR_NONE;
-	p.wc_mapping = ri.type == GDR_MR_WC;
-	if (copy_to_user(arg, &p, sizeof(p)))
-		return -EFAULT;
-	return 0;
-}
-
-static int ioctl_get_info_v2(struct gdr_file *gf, void __user *arg)
-{
-	struct GDRDRV_IOC_GET_INFO_V2_PARAMS p;
-	struct region_info ri;
-	int ret;
-
-	if (copy_from_user(&p, arg, sizeof(p)))
-		return -EFAULT;
-	ret = region_query(gf, p.handle, &ri);
-	if (ret)
-		return ret;
-	p.va = ri.va;
-	p.mapped_size = ri.mapped_size;
-	p.page_size = ri.page_size;
-	p.tsc_khz = ri.tsc_khz;
-	p.tm_cycles = ri.tm_cycles;
-	p.mapping_type = ri.type;
-	if (copy_to_user(arg, &p, sizeof(p)))
+	if (copy_to_user(arg, &p, size))
 		return -EFAULT;
 	return 0;
 }
@@ -786,9 +761,9 @@ static long gdrdrv_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 	case GDRDRV_IOC_GET_CB_FLAG:
 		return ioctl_get_cb_flag(gf, uarg);
 	case GDRDRV_IOC_GET_INFO:
-		return ioctl_get_info(gf, uarg);
+		return ioctl_get_info(gf, uarg, false);
 	case GDRDRV_IOC_GET_INFO_V2:
-		return ioctl_get_info_v2(gf, uarg);
+		return ioctl_get_info(gf, uarg, true);
 	case GDRDRV_IOC_GET_ATTR:
 		return ioctl_get_attr(uarg);
 	case GDRDRV_IOC_REQ_MAPPING_TYPE:
