@@ -42,105 +42,106 @@ pub(super) fn mfence() {
 }
 
 // ------------------------------------------------------------------------------------------------
+// Kernel generator
+// ------------------------------------------------------------------------------------------------
+
+/// Generates one SIMD copy kernel: `fn(dst, src, n)` copying `n` bytes in `$width`-byte vectors.
+///
+/// `store` kernels treat `dst` as the device side, `load` kernels `src`; the device-side pointer is
+/// the aligned one (see the module contract). The main loop moves `unroll.len()` vectors per
+/// iteration, all loads issued back to back before the stores, so that the loads of one line
+/// reach a streaming-load buffer together; the tail loop moves one vector at a time.
+macro_rules! simd_kernel {
+    (
+        $(#[$doc:meta])*
+        $dir:ident fn $name:ident,
+        feature = $feature:literal,
+        vector = $vec:ty,
+        load = $load:ident,
+        store = $store:ident,
+        width = $width:literal,
+        unroll = [$($k:literal),+] $(,)?
+    ) => {
+        $(#[$doc])*
+        #[target_feature(enable = $feature)]
+        pub(super) unsafe fn $name(dst: *mut u8, src: *const u8, n: usize) {
+            const STRIDE: usize = $width * [$($k),+].len();
+            let device_addr = simd_kernel!(@device $dir, dst, src).addr();
+            debug_assert!(device_addr.is_multiple_of($width) && n.is_multiple_of($width));
+            let mut i = 0;
+            while i + STRIDE <= n {
+                // SAFETY: i + STRIDE <= n keeps every access in range; the device-side pointer
+                // plus i is aligned to the vector width (the pointer is, and i is a multiple of
+                // the width), as the device-side instruction requires; the host side uses
+                // unaligned accesses. The caller guarantees the CPU has
+                // the target feature.
+                unsafe {
+                    let (d, s) = (dst.add(i).cast::<$vec>(), src.add(i).cast::<$vec>());
+                    let v = [$($load(s.add($k))),+];
+                    $($store(d.add($k), v[$k]);)+
+                }
+                i += STRIDE;
+            }
+            while i < n {
+                // SAFETY: one whole vector remains (n is a multiple of the width, i < n);
+                // alignment as above.
+                unsafe {
+                    let v = $load(src.add(i).cast());
+                    $store(dst.add(i).cast(), v);
+                }
+                i += $width;
+            }
+        }
+    };
+    (@device store, $dst:ident, $src:ident) => { $dst };
+    (@device load, $dst:ident, $src:ident) => { $src };
+}
+
+// ------------------------------------------------------------------------------------------------
 // Stores (host -> device)
 // ------------------------------------------------------------------------------------------------
 
-/// 16-byte MOVNTDQ stores, 4 per 64-byte line.
-///
-/// # Safety
-/// Module contract with width 16 (`dst` is the device side).
-#[target_feature(enable = "sse2")]
-pub(super) unsafe fn store_sse2(dst: *mut u8, src: *const u8, n: usize) {
-    debug_assert!(dst.addr().is_multiple_of(16) && n.is_multiple_of(16));
-    let mut i = 0;
-    while i + 64 <= n {
-        // SAFETY: i + 64 <= n keeps every access in range; dst + i is 16-aligned because dst is
-        // and i is a multiple of 16, as MOVNTDQ requires; host loads are unaligned loads.
-        unsafe {
-            let (d, s) = (dst.add(i).cast::<__m128i>(), src.add(i).cast::<__m128i>());
-            let a = _mm_loadu_si128(s);
-            let b = _mm_loadu_si128(s.add(1));
-            let c = _mm_loadu_si128(s.add(2));
-            let e = _mm_loadu_si128(s.add(3));
-            _mm_stream_si128(d, a);
-            _mm_stream_si128(d.add(1), b);
-            _mm_stream_si128(d.add(2), c);
-            _mm_stream_si128(d.add(3), e);
-        }
-        i += 64;
-    }
-    while i < n {
-        // SAFETY: i + 16 <= n (n is a multiple of 16); alignment as above.
-        unsafe {
-            let v = _mm_loadu_si128(src.add(i).cast());
-            _mm_stream_si128(dst.add(i).cast(), v);
-        }
-        i += 16;
-    }
+simd_kernel! {
+    /// 16-byte MOVNTDQ stores, 4 per 64-byte line.
+    ///
+    /// # Safety
+    /// Module contract with width 16 (`dst` is the device side).
+    store fn store_sse2,
+    feature = "sse2",
+    vector = __m128i,
+    load = _mm_loadu_si128,
+    store = _mm_stream_si128,
+    width = 16,
+    unroll = [0, 1, 2, 3],
 }
 
-/// 32-byte VMOVNTDQ (ymm) stores, 2 per line. VEX.256 VMOVNTDQ needs AVX only, not AVX2.
-///
-/// # Safety
-/// Module contract with width 32 (`dst` is the device side); the CPU has AVX.
-#[target_feature(enable = "avx")]
-pub(super) unsafe fn store_avx(dst: *mut u8, src: *const u8, n: usize) {
-    debug_assert!(dst.addr().is_multiple_of(32) && n.is_multiple_of(32));
-    let mut i = 0;
-    while i + 128 <= n {
-        // SAFETY: i + 128 <= n keeps the four 32-byte accesses in range; dst + i is 32-aligned
-        // (dst is, i is a multiple of 32) as VMOVNTDQ requires; host loads are unaligned.
-        unsafe {
-            let (d, s) = (dst.add(i).cast::<__m256i>(), src.add(i).cast::<__m256i>());
-            let a = _mm256_loadu_si256(s);
-            let b = _mm256_loadu_si256(s.add(1));
-            let c = _mm256_loadu_si256(s.add(2));
-            let e = _mm256_loadu_si256(s.add(3));
-            _mm256_stream_si256(d, a);
-            _mm256_stream_si256(d.add(1), b);
-            _mm256_stream_si256(d.add(2), c);
-            _mm256_stream_si256(d.add(3), e);
-        }
-        i += 128;
-    }
-    while i < n {
-        // SAFETY: i + 32 <= n (n is a multiple of 32); alignment as above.
-        unsafe {
-            let v = _mm256_loadu_si256(src.add(i).cast());
-            _mm256_stream_si256(dst.add(i).cast(), v);
-        }
-        i += 32;
-    }
+simd_kernel! {
+    /// 32-byte VMOVNTDQ (ymm) stores, 2 per line. VEX.256 VMOVNTDQ needs AVX only, not AVX2.
+    ///
+    /// # Safety
+    /// Module contract with width 32 (`dst` is the device side); the CPU has AVX.
+    store fn store_avx,
+    feature = "avx",
+    vector = __m256i,
+    load = _mm256_loadu_si256,
+    store = _mm256_stream_si256,
+    width = 32,
+    unroll = [0, 1, 2, 3],
 }
 
-/// 64-byte VMOVNTDQ (zmm) stores, one per line. Implemented and benchmarked; see
-/// `select.rs` for why the dispatcher does not pick it.
-///
-/// # Safety
-/// Module contract with width 64 (`dst` is the device side); the CPU has AVX-512F.
-#[target_feature(enable = "avx512f")]
-pub(super) unsafe fn store_avx512(dst: *mut u8, src: *const u8, n: usize) {
-    debug_assert!(dst.addr().is_multiple_of(64) && n.is_multiple_of(64));
-    let mut i = 0;
-    while i + 128 <= n {
-        // SAFETY: i + 128 <= n keeps both 64-byte accesses in range; dst + i is 64-aligned as the
-        // zmm VMOVNTDQ requires; host loads are unaligned.
-        unsafe {
-            let (d, s) = (dst.add(i).cast::<__m512i>(), src.add(i).cast::<__m512i>());
-            let a = _mm512_loadu_si512(s);
-            let b = _mm512_loadu_si512(s.add(1));
-            _mm512_stream_si512(d, a);
-            _mm512_stream_si512(d.add(1), b);
-        }
-        i += 128;
-    }
-    if i < n {
-        // SAFETY: exactly one 64-byte line remains (n is a multiple of 64); alignment as above.
-        unsafe {
-            let v = _mm512_loadu_si512(src.add(i).cast());
-            _mm512_stream_si512(dst.add(i).cast(), v);
-        }
-    }
+simd_kernel! {
+    /// 64-byte VMOVNTDQ (zmm) stores, one per line. Implemented and benchmarked; see
+    /// `select.rs` for why the dispatcher does not pick it.
+    ///
+    /// # Safety
+    /// Module contract with width 64 (`dst` is the device side); the CPU has AVX-512F.
+    store fn store_avx512,
+    feature = "avx512f",
+    vector = __m512i,
+    load = _mm512_loadu_si512,
+    store = _mm512_stream_si512,
+    width = 64,
+    unroll = [0, 1],
 }
 
 /// MOVDIR64B: one 64-byte direct store per line, written as a single non-torn 64-byte write (the
@@ -174,134 +175,59 @@ pub(super) unsafe fn store_movdir64b(dst: *mut u8, src: *const u8, n: usize) {
 // Loads (device -> host)
 // ------------------------------------------------------------------------------------------------
 
-/// 16-byte MOVDQA loads: plain loads, for CPUs without SSE4.1 (no streaming load exists there).
-///
-/// # Safety
-/// Module contract with width 16 (`src` is the device side).
-#[target_feature(enable = "sse2")]
-pub(super) unsafe fn load_sse2(dst: *mut u8, src: *const u8, n: usize) {
-    debug_assert!(src.addr().is_multiple_of(16) && n.is_multiple_of(16));
-    let mut i = 0;
-    while i + 64 <= n {
-        // SAFETY: i + 64 <= n keeps every access in range; src + i is 16-aligned as MOVDQA
-        // requires; host stores are unaligned.
-        unsafe {
-            let (d, s) = (dst.add(i).cast::<__m128i>(), src.add(i).cast::<__m128i>());
-            let a = _mm_load_si128(s);
-            let b = _mm_load_si128(s.add(1));
-            let c = _mm_load_si128(s.add(2));
-            let e = _mm_load_si128(s.add(3));
-            _mm_storeu_si128(d, a);
-            _mm_storeu_si128(d.add(1), b);
-            _mm_storeu_si128(d.add(2), c);
-            _mm_storeu_si128(d.add(3), e);
-        }
-        i += 64;
-    }
-    while i < n {
-        // SAFETY: i + 16 <= n; alignment as above.
-        unsafe {
-            let v = _mm_load_si128(src.add(i).cast());
-            _mm_storeu_si128(dst.add(i).cast(), v);
-        }
-        i += 16;
-    }
+simd_kernel! {
+    /// 16-byte MOVDQA loads: plain loads, for CPUs without SSE4.1 (no streaming load exists there).
+    ///
+    /// # Safety
+    /// Module contract with width 16 (`src` is the device side).
+    load fn load_sse2,
+    feature = "sse2",
+    vector = __m128i,
+    load = _mm_load_si128,
+    store = _mm_storeu_si128,
+    width = 16,
+    unroll = [0, 1, 2, 3],
 }
 
-/// 16-byte MOVNTDQA streaming loads, the 4 of a line back to back.
-///
-/// # Safety
-/// Module contract with width 16 (`src` is the device side); the CPU has SSE4.1.
-#[target_feature(enable = "sse4.1")]
-pub(super) unsafe fn load_sse41(dst: *mut u8, src: *const u8, n: usize) {
-    debug_assert!(src.addr().is_multiple_of(16) && n.is_multiple_of(16));
-    let mut i = 0;
-    while i + 64 <= n {
-        // SAFETY: i + 64 <= n keeps every access in range; src + i is 16-aligned as MOVNTDQA
-        // requires; host stores are unaligned.
-        unsafe {
-            let (d, s) = (dst.add(i).cast::<__m128i>(), src.add(i).cast::<__m128i>());
-            let a = _mm_stream_load_si128(s);
-            let b = _mm_stream_load_si128(s.add(1));
-            let c = _mm_stream_load_si128(s.add(2));
-            let e = _mm_stream_load_si128(s.add(3));
-            _mm_storeu_si128(d, a);
-            _mm_storeu_si128(d.add(1), b);
-            _mm_storeu_si128(d.add(2), c);
-            _mm_storeu_si128(d.add(3), e);
-        }
-        i += 64;
-    }
-    while i < n {
-        // SAFETY: i + 16 <= n; alignment as above.
-        unsafe {
-            let v = _mm_stream_load_si128(src.add(i).cast());
-            _mm_storeu_si128(dst.add(i).cast(), v);
-        }
-        i += 16;
-    }
+simd_kernel! {
+    /// 16-byte MOVNTDQA streaming loads, the 4 of a line back to back.
+    ///
+    /// # Safety
+    /// Module contract with width 16 (`src` is the device side); the CPU has SSE4.1.
+    load fn load_sse41,
+    feature = "sse4.1",
+    vector = __m128i,
+    load = _mm_stream_load_si128,
+    store = _mm_storeu_si128,
+    width = 16,
+    unroll = [0, 1, 2, 3],
 }
 
-/// 32-byte VMOVNTDQA (ymm) streaming loads, 4 (two lines) per iteration.
-///
-/// # Safety
-/// Module contract with width 32 (`src` is the device side); the CPU has AVX2.
-#[target_feature(enable = "avx2")]
-pub(super) unsafe fn load_avx2(dst: *mut u8, src: *const u8, n: usize) {
-    debug_assert!(src.addr().is_multiple_of(32) && n.is_multiple_of(32));
-    let mut i = 0;
-    while i + 128 <= n {
-        // SAFETY: i + 128 <= n keeps the four 32-byte accesses in range; src + i is 32-aligned as
-        // the ymm VMOVNTDQA requires; host stores are unaligned.
-        unsafe {
-            let (d, s) = (dst.add(i).cast::<__m256i>(), src.add(i).cast::<__m256i>());
-            let a = _mm256_stream_load_si256(s);
-            let b = _mm256_stream_load_si256(s.add(1));
-            let c = _mm256_stream_load_si256(s.add(2));
-            let e = _mm256_stream_load_si256(s.add(3));
-            _mm256_storeu_si256(d, a);
-            _mm256_storeu_si256(d.add(1), b);
-            _mm256_storeu_si256(d.add(2), c);
-            _mm256_storeu_si256(d.add(3), e);
-        }
-        i += 128;
-    }
-    while i < n {
-        // SAFETY: i + 32 <= n; alignment as above.
-        unsafe {
-            let v = _mm256_stream_load_si256(src.add(i).cast());
-            _mm256_storeu_si256(dst.add(i).cast(), v);
-        }
-        i += 32;
-    }
+simd_kernel! {
+    /// 32-byte VMOVNTDQA (ymm) streaming loads, 4 (two lines) per iteration.
+    ///
+    /// # Safety
+    /// Module contract with width 32 (`src` is the device side); the CPU has AVX2.
+    load fn load_avx2,
+    feature = "avx2",
+    vector = __m256i,
+    load = _mm256_stream_load_si256,
+    store = _mm256_storeu_si256,
+    width = 32,
+    unroll = [0, 1, 2, 3],
 }
 
-/// 64-byte VMOVNTDQA (zmm) streaming loads, one per line. Implemented and benchmarked, not
-/// selected (see `select.rs`).
-///
-/// # Safety
-/// Module contract with width 64 (`src` is the device side); the CPU has AVX-512F.
-#[target_feature(enable = "avx512f")]
-pub(super) unsafe fn load_avx512(dst: *mut u8, src: *const u8, n: usize) {
-    debug_assert!(src.addr().is_multiple_of(64) && n.is_multiple_of(64));
-    let mut i = 0;
-    while i + 128 <= n {
-        // SAFETY: i + 128 <= n keeps both 64-byte accesses in range; src + i is 64-aligned as the
-        // zmm VMOVNTDQA requires; host stores are unaligned.
-        unsafe {
-            let (d, s) = (dst.add(i).cast::<__m512i>(), src.add(i).cast::<__m512i>());
-            let a = _mm512_stream_load_si512(s);
-            let b = _mm512_stream_load_si512(s.add(1));
-            _mm512_storeu_si512(d, a);
-            _mm512_storeu_si512(d.add(1), b);
-        }
-        i += 128;
-    }
-    if i < n {
-        // SAFETY: exactly one 64-byte line remains; alignment as above.
-        unsafe {
-            let v = _mm512_stream_load_si512(src.add(i).cast());
-            _mm512_storeu_si512(dst.add(i).cast(), v);
-        }
-    }
+simd_kernel! {
+    /// 64-byte VMOVNTDQA (zmm) streaming loads, one per line. Implemented and benchmarked, not
+    /// selected (see `select.rs`).
+    ///
+    /// # Safety
+    /// Module contract with width 64 (`src` is the device side); the CPU has AVX-512F.
+    load fn load_avx512,
+    feature = "avx512f",
+    vector = __m512i,
+    load = _mm512_stream_load_si512,
+    store = _mm512_storeu_si512,
+    width = 64,
+    unroll = [0, 1],
 }
