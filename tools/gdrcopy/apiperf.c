@@ -62,9 +62,8 @@ int main(int argc, char **argv)
     if (bench_select_device(dev_id, alloc, &dev, &ctx))
         return 1;
 
-    gdr_t g = gdr_open();
+    gdr_t g = bench_gdr_open();
     if (!g) {
-        fprintf(stderr, "gdr_open failed: neither /dev/gdrdrv nor CUDA dma-buf mmap support is usable\n");
         return 1;
     }
     double *pin_t = calloc((size_t)iters, sizeof(double));
@@ -166,11 +165,6 @@ int main(int argc, char **argv)
         }
     }
     free(pin_t);
-    printf("closing gdrdrv\n");
-    ASSERT_EQ(gdr_close(g), 0);
-    if (errors) {
-        fprintf(stderr, "ERROR: %d data check(s) failed\n", errors);
-        return 1;
-    }
-    return 0;
+    bench_close(g);
+    return bench_exit_status(errors);
 }

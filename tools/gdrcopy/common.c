@@ -108,6 +108,13 @@ static void vmm_prop(CUmemAllocationProp *prop, CUdevice dev)
     prop->allocFlags.gpuDirectRDMACapable = 1;
 }
 
+/* The VMM allocation properties for dev and their minimum granularity. */
+static CUresult vmm_granularity(CUdevice dev, CUmemAllocationProp *prop, size_t *gran)
+{
+    vmm_prop(prop, dev);
+    return cuMemGetAllocationGranularity(gran, prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+}
+
 bool vmm_supported(CUdevice dev, const char **why)
 {
     int version = 0;
@@ -126,10 +133,8 @@ bool vmm_supported(CUdevice dev, const char **why)
         return false;
     }
     CUmemAllocationProp prop;
-    vmm_prop(&prop, dev);
     size_t gran = 0;
-    r = cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-    if (r != CUDA_SUCCESS) {
+    if (vmm_granularity(dev, &prop, &gran) != CUDA_SUCCESS) {
         *why = "cuMemGetAllocationGranularity is not supported by this libcuda";
         return false;
     }
@@ -163,9 +168,8 @@ CUresult gpu_mem_alloc(gpu_buf_t *b, size_t size, gpu_alloc_kind_t kind, CUdevic
     }
 
     CUmemAllocationProp prop;
-    vmm_prop(&prop, dev);
     size_t gran = 0;
-    r = cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    r = vmm_granularity(dev, &prop, &gran);
     if (r != CUDA_SUCCESS) {
         return r;
     }
@@ -365,6 +369,57 @@ int bench_select_device(int dev_id, gpu_alloc_kind_t alloc, CUdevice *dev, CUcon
             fprintf(stderr, "cuMemCreate cannot be used: %s\n", why);
             return 1;
         }
+    }
+    return 0;
+}
+
+gdr_t bench_gdr_open(void)
+{
+    gdr_t g = gdr_open();
+    if (!g) {
+        fprintf(stderr, "gdr_open failed: neither /dev/gdrdrv nor CUDA dma-buf mmap support is usable\n");
+    }
+    return g;
+}
+
+char *bench_map(gdr_t g, gdr_mh_t mh, CUdeviceptr ptr, size_t size, int map_flag, void **map,
+                gdr_info_t *info)
+{
+    ASSERT_EQ(gdr_map_v2(g, mh, map, size, map_flag), 0);
+    printf("map_d_ptr: %p\n", *map);
+    ASSERT_EQ(gdr_get_info(g, mh, info), 0);
+    printf("info.va: %llx\n", (unsigned long long)info->va);
+    printf("info.mapped_size: %llu\n", (unsigned long long)info->mapped_size);
+    printf("info.page_size: %u\n", info->page_size);
+    printf("info.mapped: %u\n", info->mapped);
+    printf("info.wc_mapping: %u\n", info->wc_mapping);
+    /* Where the device pointer lies relative to the pinned range's start. */
+    size_t off = (size_t)(ptr - info->va);
+    printf("page offset: %zu\n", off);
+    return (char *)*map + off;
+}
+
+void bench_teardown(gdr_t g, gdr_mh_t mh, void *map, size_t size, gpu_buf_t *b)
+{
+    printf("unmapping buffer\n");
+    ASSERT_EQ(gdr_unmap(g, mh, map, size), 0);
+    printf("unpinning buffer\n");
+    ASSERT_EQ(gdr_unpin_buffer(g, mh), 0);
+    bench_close(g);
+    ASSERTDRV(gpu_mem_free(b));
+}
+
+void bench_close(gdr_t g)
+{
+    printf("closing gdrdrv\n");
+    ASSERT_EQ(gdr_close(g), 0);
+}
+
+int bench_exit_status(int errors)
+{
+    if (errors) {
+        fprintf(stderr, "ERROR: %d data check(s) failed\n", errors);
+        return 1;
     }
     return 0;
 }

@@ -139,6 +139,25 @@ int parse_map_option(const char *arg, int *out);
  * cuMemCreate. Returns 0, or 1 after printing why it cannot go on. */
 int bench_select_device(int dev_id, gpu_alloc_kind_t alloc, CUdevice *dev, CUcontext *ctx);
 
+/* gdr_open, or NULL after saying that neither gdrdrv nor dma-buf mmap is usable. */
+gdr_t bench_gdr_open(void);
+
+/* Map the pinned mh (gdr_map_v2 with map_flag) into *map and print the mapping, its
+ * gdr_get_info fields and the page offset of ptr, the device address that was pinned;
+ * returns where ptr lies in the mapping. Failures fail the process. */
+char *bench_map(gdr_t g, gdr_mh_t mh, CUdeviceptr ptr, size_t size, int map_flag, void **map,
+                gdr_info_t *info);
+
+/* Benchmark teardown, each step announced: unmap and unpin mh, close g (bench_close), then free
+ * the GPU buffer. Failures fail the process. */
+void bench_teardown(gdr_t g, gdr_mh_t mh, void *map, size_t size, gpu_buf_t *b);
+
+/* "closing gdrdrv", then gdr_close, which must succeed. */
+void bench_close(gdr_t g);
+
+/* The exit status after a benchmark's data checks: 0, or 1 after reporting how many failed. */
+int bench_exit_status(int errors);
+
 /* Parse a number with strtol base 0; exits with a message when it is not one. */
 long parse_long(const char *opt, const char *s);
 

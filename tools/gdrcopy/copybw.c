@@ -91,28 +91,16 @@ int main(int argc, char **argv)
     fill_pattern(init_buf, size, 42);
     ASSERTDRV(cuMemsetD8(b.ptr, 0, size));
 
-    gdr_t g = gdr_open();
+    gdr_t g = bench_gdr_open();
     if (!g) {
-        fprintf(stderr, "gdr_open failed: neither /dev/gdrdrv nor CUDA dma-buf mmap support is usable\n");
         return 1;
     }
     gdr_mh_t mh;
     ASSERT_EQ(gdr_pin_buffer(g, b.ptr, size, 0, 0, &mh), 0);
     ASSERT_NEQ(mh.h, 0);
     void *map_d_ptr = NULL;
-    ASSERT_EQ(gdr_map_v2(g, mh, &map_d_ptr, size, map_flag), 0);
-    printf("map_d_ptr: %p\n", map_d_ptr);
     gdr_info_t info;
-    ASSERT_EQ(gdr_get_info(g, mh, &info), 0);
-    printf("info.va: %llx\n", (unsigned long long)info.va);
-    printf("info.mapped_size: %llu\n", (unsigned long long)info.mapped_size);
-    printf("info.page_size: %u\n", info.page_size);
-    printf("info.mapped: %u\n", info.mapped);
-    printf("info.wc_mapping: %u\n", info.wc_mapping);
-    /* Where the device pointer lies relative to the pinned range's start. */
-    size_t off = (size_t)(b.ptr - info.va);
-    printf("page offset: %zu\n", off);
-    uint32_t *buf_ptr = (uint32_t *)((char *)map_d_ptr + off);
+    uint32_t *buf_ptr = (uint32_t *)bench_map(g, mh, b.ptr, size, map_flag, &map_d_ptr, &info);
     printf("user-space pointer:%p\n", (void *)buf_ptr);
 
     int errors = 0;
@@ -169,19 +157,9 @@ int main(int argc, char **argv)
         }
     }
 
-    printf("unmapping buffer\n");
-    ASSERT_EQ(gdr_unmap(g, mh, map_d_ptr, size), 0);
-    printf("unpinning buffer\n");
-    ASSERT_EQ(gdr_unpin_buffer(g, mh), 0);
-    printf("closing gdrdrv\n");
-    ASSERT_EQ(gdr_close(g), 0);
-    ASSERTDRV(gpu_mem_free(&b));
+    bench_teardown(g, mh, map_d_ptr, size, &b);
     free(init_buf);
     free(read_buf);
     free(check);
-    if (errors) {
-        fprintf(stderr, "ERROR: %d data check(s) failed\n", errors);
-        return 1;
-    }
-    return 0;
+    return bench_exit_status(errors);
 }

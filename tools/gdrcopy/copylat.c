@@ -200,26 +200,15 @@ int main(int argc, char **argv)
     printf("allocated size: %zu\n", rounded);
     printf("gpu alloc fn: %s\n", gpu_alloc_name(alloc));
 
-    gdr_t g = gdr_open();
+    gdr_t g = bench_gdr_open();
     if (!g) {
-        fprintf(stderr, "gdr_open failed: neither /dev/gdrdrv nor CUDA dma-buf mmap support is usable\n");
         return 1;
     }
     gdr_mh_t mh;
     ASSERT_EQ(gdr_pin_buffer(g, b.ptr, rounded, 0, 0, &mh), 0);
     void *map_d_ptr = NULL;
-    ASSERT_EQ(gdr_map_v2(g, mh, &map_d_ptr, rounded, map_flag), 0);
-    printf("map_d_ptr: %p\n", map_d_ptr);
     gdr_info_t info;
-    ASSERT_EQ(gdr_get_info(g, mh, &info), 0);
-    printf("info.va: %llx\n", (unsigned long long)info.va);
-    printf("info.mapped_size: %llu\n", (unsigned long long)info.mapped_size);
-    printf("info.page_size: %u\n", info.page_size);
-    printf("info.mapped: %u\n", info.mapped);
-    printf("info.wc_mapping: %u\n", info.wc_mapping);
-    size_t off = (size_t)(b.ptr - info.va);
-    printf("page offset: %zu\n", off);
-    char *buf_ptr = (char *)map_d_ptr + off;
+    char *buf_ptr = bench_map(g, mh, b.ptr, rounded, map_flag, &map_d_ptr, &info);
     printf("user-space pointer: %p\n", (void *)buf_ptr);
     if (cold_cache && info.mapping_type != GDR_MAPPING_TYPE_CACHING) {
         fprintf(stderr, "ERROR: Cold cache has no effect on a mapping that is not CACHING (use -M cache on a "
@@ -256,19 +245,9 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    printf("unmapping buffer\n");
-    ASSERT_EQ(gdr_unmap(g, mh, map_d_ptr, rounded), 0);
-    printf("unpinning buffer\n");
-    ASSERT_EQ(gdr_unpin_buffer(g, mh), 0);
-    printf("closing gdrdrv\n");
-    ASSERT_EQ(gdr_close(g), 0);
-    ASSERTDRV(gpu_mem_free(&b));
+    bench_teardown(g, mh, map_d_ptr, rounded, &b);
     free(host);
     free(pattern);
     free(check);
-    if (errors) {
-        fprintf(stderr, "ERROR: %d data check(s) failed\n", errors);
-        return 1;
-    }
-    return 0;
+    return bench_exit_status(errors);
 }

@@ -126,6 +126,18 @@ static void free_buf(gpu_buf_t *b)
     ASSERTDRV(gpu_mem_free(b));
 }
 
+/* Unmap, then unpin: the gdr side of a mapping undone (the GPU buffer stays the caller's). */
+static void unmap_unpin(gdr_t g, gdr_mh_t mh, void *va, size_t size)
+{
+    ASSERT_EQ(gdr_unmap(g, mh, va, size), 0);
+    ASSERT_EQ(gdr_unpin_buffer(g, mh), 0);
+}
+
+/* A test taking the allocator kind, run once per allocator as <fn>_cumemalloc and <fn>_vmmalloc. */
+#define ALLOC_VARIANTS(fn)                                                                         \
+    static void fn##_cumemalloc(void) { fn(GPU_ALLOC_CUMEMALLOC); }                               \
+    static void fn##_vmmalloc(void) { fn(GPU_ALLOC_CUMEMCREATE); }
+
 /* ---- reads and writes that may fault ---- */
 
 static sigjmp_buf fault_jmp;
@@ -169,6 +181,18 @@ static void store_dwords(volatile uint32_t *p, size_t n, uint32_t base)
         p[i] = base ^ (uint32_t)i;
     }
     __sync_synchronize();
+}
+
+/* Read n dwords through p, which must not fault, and check them against store_dwords(base). */
+static void expect_dwords(const volatile uint32_t *p, size_t n, uint32_t base)
+{
+    uint32_t *seen = malloc(n * sizeof(*seen));
+    ASSERT(seen);
+    ASSERT_EQ(guarded_read(p, n, seen), 0);
+    for (size_t i = 0; i < n; i++) {
+        ASSERT_EQ(seen[i], base ^ (uint32_t)i);
+    }
+    free(seen);
 }
 
 /* ---- process helpers ---- */
@@ -431,8 +455,7 @@ static void basic_unaligned_mapping(void)
     ASSERT_EQ(flag, 0);
     check_mapping_rw(mh, va, aligned, asize, 2);
 
-    ASSERT_EQ(gdr_unmap(g, mh, va, asize), 0);
-    ASSERT_EQ(gdr_unpin_buffer(g, mh), 0);
+    unmap_unpin(g, mh, va, asize);
     ASSERT_EQ(gdr_close(g), 0);
     ASSERTDRV(cuMemFree(big[found]));
 }
@@ -458,8 +481,7 @@ static void basic_small_buffers_mapping(void)
     ASSERTDRV(cuMemcpyDtoH(&back, b.ptr, sizeof(back)));
     ASSERT(back == v);
 
-    ASSERT_EQ(gdr_unmap(g, mh0, va0, 8), 0);
-    ASSERT_EQ(gdr_unpin_buffer(g, mh0), 0);
+    unmap_unpin(g, mh0, va0, 8);
     ASSERT_EQ(gdr_unpin_buffer(g, mh1), 0);
     ASSERT_EQ(gdr_close(g), 0);
     free_buf(&b);
@@ -571,8 +593,7 @@ static void basic_child_thread_pins_buffer(gpu_alloc_kind_t kind)
     ASSERTDRV(cuMemcpyDtoH(back, b.ptr, size));
     ASSERT_EQ(first_mismatch(pat, back, size), -1);
     for (int i = 0; i < 2; i++) {
-        ASSERT_EQ(gdr_unmap(g, c[i].mh, c[i].va, size), 0);
-        ASSERT_EQ(gdr_unpin_buffer(g, c[i].mh), 0);
+        unmap_unpin(g, c[i].mh, c[i].va, size);
     }
     free(pat);
     free(back);
@@ -583,8 +604,7 @@ static void basic_child_thread_pins_buffer(gpu_alloc_kind_t kind)
     free_buf(&b);
 }
 
-static void basic_child_thread_pins_buffer_cumemalloc(void) { basic_child_thread_pins_buffer(GPU_ALLOC_CUMEMALLOC); }
-static void basic_child_thread_pins_buffer_vmmalloc(void) { basic_child_thread_pins_buffer(GPU_ALLOC_CUMEMCREATE); }
+ALLOC_VARIANTS(basic_child_thread_pins_buffer)
 
 /* ---- data validation ---- */
 
@@ -804,8 +824,7 @@ static void invalidation_access_after_gdr_close(gpu_alloc_kind_t kind)
     free_buf(&b);
 }
 
-static void invalidation_access_after_gdr_close_cumemalloc(void) { invalidation_access_after_gdr_close(GPU_ALLOC_CUMEMALLOC); }
-static void invalidation_access_after_gdr_close_vmmalloc(void) { invalidation_access_after_gdr_close(GPU_ALLOC_CUMEMCREATE); }
+ALLOC_VARIANTS(invalidation_access_after_gdr_close)
 
 static void invalidation_access_after_free(gpu_alloc_kind_t kind)
 {
@@ -833,13 +852,11 @@ static void invalidation_access_after_free(gpu_alloc_kind_t kind)
         ASSERT_EQ(sig, SIGBUS);
         ASSERT_EQ(flag, 1);
     }
-    ASSERT_EQ(gdr_unmap(g, mh, va, size), 0);
-    ASSERT_EQ(gdr_unpin_buffer(g, mh), 0);
+    unmap_unpin(g, mh, va, size);
     ASSERT_EQ(gdr_close(g), 0);
 }
 
-static void invalidation_access_after_free_cumemalloc(void) { invalidation_access_after_free(GPU_ALLOC_CUMEMALLOC); }
-static void invalidation_access_after_free_vmmalloc(void) { invalidation_access_after_free(GPU_ALLOC_CUMEMCREATE); }
+ALLOC_VARIANTS(invalidation_access_after_free)
 
 static void invalidation_two_mappings(gpu_alloc_kind_t kind)
 {
@@ -855,26 +872,19 @@ static void invalidation_two_mappings(gpu_alloc_kind_t kind)
         store_dwords(va[i], size / 4, 0x11110000u * (uint32_t)(i + 1));
     }
     free_buf(&b[0]);
-    uint32_t *seen = malloc(size);
-    ASSERT(seen);
-    ASSERT_EQ(guarded_read(va[1], size / 4, seen), 0);
-    for (size_t i = 0; i < size / 4; i++) {
-        ASSERT_EQ(seen[i], 0x22220000u ^ (uint32_t)i);
-    }
-    int sig = guarded_read(va[0], 1, seen);
+    expect_dwords(va[1], size / 4, 0x22220000u);
+    uint32_t seen = 0;
+    int sig = guarded_read(va[0], 1, &seen);
     DBG("first (freed) mapping: signal %d\n", sig);
     ASSERT_EQ(sig, persistent ? 0 : SIGBUS);
-    free(seen);
     for (int i = 0; i < 2; i++) {
-        ASSERT_EQ(gdr_unmap(g, mh[i], va[i], size), 0);
-        ASSERT_EQ(gdr_unpin_buffer(g, mh[i]), 0);
+        unmap_unpin(g, mh[i], va[i], size);
     }
     ASSERT_EQ(gdr_close(g), 0);
     free_buf(&b[1]);
 }
 
-static void invalidation_two_mappings_cumemalloc(void) { invalidation_two_mappings(GPU_ALLOC_CUMEMALLOC); }
-static void invalidation_two_mappings_vmmalloc(void) { invalidation_two_mappings(GPU_ALLOC_CUMEMCREATE); }
+ALLOC_VARIANTS(invalidation_two_mappings)
 
 /* Parent and child (forked before CUDA is initialised) each map their own buffer. */
 static void invalidation_fork_access_after_free(gpu_alloc_kind_t kind)
@@ -897,8 +907,7 @@ static void invalidation_fork_access_after_free(gpu_alloc_kind_t kind)
         send_u32(to_parent[1], 2);
         ASSERT_EQ(recv_u32(to_child[0]), 3); /* the parent has looked */
         free_buf(&b);
-        ASSERT_EQ(gdr_unmap(g, mh, va, size), 0);
-        ASSERT_EQ(gdr_unpin_buffer(g, mh), 0);
+        unmap_unpin(g, mh, va, size);
         ASSERT_EQ(gdr_close(g), 0);
         _exit(0);
     }
@@ -930,13 +939,11 @@ static void invalidation_fork_access_after_free(gpu_alloc_kind_t kind)
     free(seen);
     send_u32(to_child[1], 3);
     ASSERT_EQ(wait_child(pid), 0);
-    ASSERT_EQ(gdr_unmap(g, mh, va, size), 0);
-    ASSERT_EQ(gdr_unpin_buffer(g, mh), 0);
+    unmap_unpin(g, mh, va, size);
     ASSERT_EQ(gdr_close(g), 0);
 }
 
-static void invalidation_fork_access_after_free_cumemalloc(void) { invalidation_fork_access_after_free(GPU_ALLOC_CUMEMALLOC); }
-static void invalidation_fork_access_after_free_vmmalloc(void) { invalidation_fork_access_after_free(GPU_ALLOC_CUMEMCREATE); }
+ALLOC_VARIANTS(invalidation_fork_access_after_free)
 
 static void invalidation_fork_after_gdr_map(gpu_alloc_kind_t kind)
 {
@@ -964,14 +971,12 @@ static void invalidation_fork_after_gdr_map(gpu_alloc_kind_t kind)
     }
     ASSERT_EQ(wait_child(pid), 0);
     ASSERT_EQ(p[0], value);
-    ASSERT_EQ(gdr_unmap(g, mh, va, size), 0);
-    ASSERT_EQ(gdr_unpin_buffer(g, mh), 0);
+    unmap_unpin(g, mh, va, size);
     ASSERT_EQ(gdr_close(g), 0);
     free_buf(&b);
 }
 
-static void invalidation_fork_after_gdr_map_cumemalloc(void) { invalidation_fork_after_gdr_map(GPU_ALLOC_CUMEMALLOC); }
-static void invalidation_fork_after_gdr_map_vmmalloc(void) { invalidation_fork_after_gdr_map(GPU_ALLOC_CUMEMCREATE); }
+ALLOC_VARIANTS(invalidation_fork_after_gdr_map)
 
 static void invalidation_fork_child_gdr_map_parent(gpu_alloc_kind_t kind)
 {
@@ -996,14 +1001,12 @@ static void invalidation_fork_child_gdr_map_parent(gpu_alloc_kind_t kind)
     void *va = NULL;
     ASSERT_EQ(gdr_map(g, mh, &va, size), 0);
     check_mapping_rw(mh, va, b.ptr, size, 5);
-    ASSERT_EQ(gdr_unmap(g, mh, va, size), 0);
-    ASSERT_EQ(gdr_unpin_buffer(g, mh), 0);
+    unmap_unpin(g, mh, va, size);
     ASSERT_EQ(gdr_close(g), 0);
     free_buf(&b);
 }
 
-static void invalidation_fork_child_gdr_map_parent_cumemalloc(void) { invalidation_fork_child_gdr_map_parent(GPU_ALLOC_CUMEMALLOC); }
-static void invalidation_fork_child_gdr_map_parent_vmmalloc(void) { invalidation_fork_child_gdr_map_parent(GPU_ALLOC_CUMEMCREATE); }
+ALLOC_VARIANTS(invalidation_fork_child_gdr_map_parent)
 
 static void invalidation_fork_map_and_free(gpu_alloc_kind_t kind)
 {
@@ -1024,8 +1027,7 @@ static void invalidation_fork_map_and_free(gpu_alloc_kind_t kind)
         free_buf(&b);
         send_u32(to_parent[1], 2);
         ASSERT_EQ(recv_u32(to_child[0]), 3);
-        ASSERT_EQ(gdr_unmap(g, mh, va, size), 0);
-        ASSERT_EQ(gdr_unpin_buffer(g, mh), 0);
+        unmap_unpin(g, mh, va, size);
         ASSERT_EQ(gdr_close(g), 0);
         _exit(0);
     }
@@ -1035,23 +1037,15 @@ static void invalidation_fork_map_and_free(gpu_alloc_kind_t kind)
     store_dwords(va, size / 4, 0xD0D00000u);
     send_u32(to_child[1], 1);
     ASSERT_EQ(recv_u32(to_parent[0]), 2); /* the child has freed its buffer */
-    uint32_t *seen = malloc(size);
-    ASSERT(seen);
-    ASSERT_EQ(guarded_read(va, size / 4, seen), 0);
-    for (size_t i = 0; i < size / 4; i++) {
-        ASSERT_EQ(seen[i], 0xD0D00000u ^ (uint32_t)i);
-    }
-    free(seen);
+    expect_dwords(va, size / 4, 0xD0D00000u);
     send_u32(to_child[1], 3);
     ASSERT_EQ(wait_child(pid), 0);
-    ASSERT_EQ(gdr_unmap(g, mh, va, size), 0);
-    ASSERT_EQ(gdr_unpin_buffer(g, mh), 0);
+    unmap_unpin(g, mh, va, size);
     ASSERT_EQ(gdr_close(g), 0);
     free_buf(&b);
 }
 
-static void invalidation_fork_map_and_free_cumemalloc(void) { invalidation_fork_map_and_free(GPU_ALLOC_CUMEMALLOC); }
-static void invalidation_fork_map_and_free_vmmalloc(void) { invalidation_fork_map_and_free(GPU_ALLOC_CUMEMCREATE); }
+ALLOC_VARIANTS(invalidation_fork_map_and_free)
 
 /* The raw gdrdrv checks on a file received from another process: every ioctl and mmap is EACCES. */
 static void expect_raw_eacces(int fd, CUdeviceptr ptr, size_t size, const unsigned char *memh)
@@ -1138,8 +1132,7 @@ static void invalidation_unix_sock_shared_fd(gpu_alloc_kind_t kind, bool do_map)
         void *va = NULL;
         ASSERT_EQ(gdr_map(g, mh, &va, size), 0);
         check_mapping_rw(mh, va, b.ptr, size, 6);
-        ASSERT_EQ(gdr_unmap(g, mh, va, size), 0);
-        ASSERT_EQ(gdr_unpin_buffer(g, mh), 0);
+        unmap_unpin(g, mh, va, size);
     }
     ASSERT_EQ(gdr_close(g), 0);
     free_buf(&b);
