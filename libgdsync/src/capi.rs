@@ -640,6 +640,31 @@ pub unsafe extern "C" fn gds_post_descriptors(n_descs: usize, descs: *mut Descri
 // ---------------------------------------------------------------------------------------------
 // gdsync/mlx5.h
 
+/// Fills `infos[j]` with `info_of(&requests[j])` for each of the `count` requests, stopping at the
+/// first error: the shared loop of `gds_mlx5_get_send_info` and `gds_mlx5_get_wait_info`.
+///
+/// # Safety
+/// `requests` and `infos` are NULL or arrays of `count` elements, `infos` writable.
+unsafe fn info_per_request<R, I>(
+    origin: &str,
+    count: c_int,
+    requests: *const R,
+    infos: *mut I,
+    info_of: impl Fn(&R) -> Result<I>,
+) -> Result<()> {
+    if count < 0 || (count > 0 && (requests.is_null() || infos.is_null())) {
+        return Err(einval(origin, "NULL arrays or negative count"));
+    }
+    for j in 0..count as usize {
+        // SAFETY: j < count elements per the contract.
+        let r = unsafe { &*requests.add(j) };
+        let info = info_of(r)?;
+        // SAFETY: j < count elements, writable.
+        unsafe { infos.add(j).write(info) };
+    }
+    Ok(())
+}
+
 /// `int gds_mlx5_get_send_info(int count, const gds_send_request_t *, gds_mlx5_send_info_t *)`
 ///
 /// # Safety
@@ -648,18 +673,12 @@ pub unsafe extern "C" fn gds_post_descriptors(n_descs: usize, descs: *mut Descri
 pub unsafe extern "C" fn gds_mlx5_get_send_info(count: c_int, requests: *const SendRequest, infos: *mut Mlx5SendInfo) -> c_int {
     ffi!("gds_mlx5_get_send_info", {
         const F: &str = "gds_mlx5_get_send_info";
-        if count < 0 || (count > 0 && (requests.is_null() || infos.is_null())) {
-            return Err(einval(F, "NULL arrays or negative count"));
+        // SAFETY: forwarded contract.
+        unsafe {
+            info_per_request(F, count, requests, infos, |r: &SendRequest| {
+                crate::mlx5::send_info(&parse_ops(F, &r.wr, r.commit.entries)?, ranges())
+            })
         }
-        for j in 0..count as usize {
-            // SAFETY: j < count elements per the contract.
-            let r = unsafe { &*requests.add(j) };
-            let ops = parse_ops(F, &r.wr, r.commit.entries)?;
-            let info = crate::mlx5::send_info(&ops, ranges())?;
-            // SAFETY: j < count elements, writable.
-            unsafe { infos.add(j).write(info) };
-        }
-        Ok(())
     })
 }
 
@@ -671,18 +690,12 @@ pub unsafe extern "C" fn gds_mlx5_get_send_info(count: c_int, requests: *const S
 pub unsafe extern "C" fn gds_mlx5_get_wait_info(count: c_int, requests: *const WaitRequest, infos: *mut Mlx5WaitInfo) -> c_int {
     ffi!("gds_mlx5_get_wait_info", {
         const F: &str = "gds_mlx5_get_wait_info";
-        if count < 0 || (count > 0 && (requests.is_null() || infos.is_null())) {
-            return Err(einval(F, "NULL arrays or negative count"));
+        // SAFETY: forwarded contract.
+        unsafe {
+            info_per_request(F, count, requests, infos, |r: &WaitRequest| {
+                crate::mlx5::wait_info(&parse_ops(F, &r.wr, r.peek.entries)?, ranges())
+            })
         }
-        for j in 0..count as usize {
-            // SAFETY: j < count elements per the contract.
-            let r = unsafe { &*requests.add(j) };
-            let ops = parse_ops(F, &r.wr, r.peek.entries)?;
-            let info = crate::mlx5::wait_info(&ops, ranges())?;
-            // SAFETY: j < count elements, writable.
-            unsafe { infos.add(j).write(info) };
-        }
-        Ok(())
     })
 }
 

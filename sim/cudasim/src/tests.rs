@@ -56,6 +56,17 @@ fn a64(p: CUdeviceptr) -> &'static AtomicU64 {
     unsafe { AtomicU64::from_ptr(p as *mut u64) }
 }
 
+/// Drains stream `s`, destroys it and frees `p`, each call expected to succeed.
+#[track_caller]
+fn drain_and_free(s: CUstream, p: CUdeviceptr) {
+    // SAFETY: the tests pass a live stream and a live allocation, both from the API.
+    unsafe {
+        ok(cuStreamSynchronize(s));
+        ok(cuStreamDestroy_v2(s));
+        ok(cuMemFree_v2(p));
+    }
+}
+
 /// Polls until `f` holds or 10 s pass.
 #[track_caller]
 fn eventually(what: &str, f: impl Fn() -> bool) {
@@ -839,12 +850,7 @@ fn wait_value_all_conditions_race_cpu_writer() {
             });
             writer.join().unwrap();
             eventually(&what, || a32(done).load(Ordering::Acquire) == 1);
-            // SAFETY: handles from the API.
-            unsafe {
-                ok(cuStreamSynchronize(s));
-                ok(cuStreamDestroy_v2(s));
-                ok(cuMemFree_v2(p));
-            }
+            drain_and_free(s, p);
         }
     }
 }
@@ -898,12 +904,7 @@ fn batch_ping_pong_with_cpu() {
         // The 64-bit write queued before the 32-bit one is visible once the latter is.
         assert_eq!(a64(pong64).load(Ordering::Acquire), (i as u64) << 32 | 1);
     }
-    // SAFETY: handles from the API.
-    unsafe {
-        ok(cuStreamSynchronize(s));
-        ok(cuStreamDestroy_v2(s));
-        ok(cuMemFree_v2(p));
-    }
+    drain_and_free(s, p);
 }
 
 #[test]
@@ -1093,12 +1094,7 @@ fn free_waits_for_pending_stream_work() {
     stays_false("cuMemFree returning", || freed.load(Ordering::SeqCst) == 1);
     a32(gate).store(1, Ordering::SeqCst);
     t.join().unwrap();
-    // SAFETY: handles from the API.
-    unsafe {
-        ok(cuStreamSynchronize(s));
-        ok(cuStreamDestroy_v2(s));
-        ok(cuMemFree_v2(gate));
-    }
+    drain_and_free(s, gate);
 }
 
 /// Destroying a context stops its streams, even one blocked on a wait that never completes,
