@@ -16,9 +16,7 @@ fn mode(test: &str) -> Option<bool> {
     if !devices(test) {
         return None;
     }
-    let g = open();
-    let p = persistent(g);
-    assert_eq!(capi::gdr_close(g), 0);
+    let p = persistent_mode();
     println!("{test}: gdrdrv in {} mode", if p { "persistent" } else { "non-persistent" });
     Some(p)
 }
@@ -61,8 +59,7 @@ fn free_while_mapped() {
             let sim = GpuSim::open();
             let mut mem = sim.alloc(GPU_PAGE);
             let g = open();
-            let h = pin(g, mem.va, GPU_PAGE).unwrap();
-            let va = map(g, h, GPU_PAGE, 0).unwrap();
+            let (h, va) = pin_map(g, mem.va, GPU_PAGE);
             assert_eq!(copy_to(h, va, &[0x5c; 64]), 0);
             mem.free().unwrap();
             let i = info(g, h).unwrap();
@@ -82,8 +79,7 @@ fn free_while_mapped() {
             };
             assert_eq!(v, 0x5c, "data after the free");
             // Reached only without a fault: tear down cleanly.
-            assert_eq!(capi::gdr_unmap(g, h, va.cast(), GPU_PAGE), 0);
-            assert_eq!(capi::gdr_unpin_buffer(g, h), 0);
+            unmap_unpin(g, h, va, GPU_PAGE);
             assert_eq!(capi::gdr_close(g), 0);
             0
         });
@@ -94,12 +90,10 @@ fn free_while_mapped() {
     let sim = GpuSim::open();
     let mut mem = sim.alloc(GPU_PAGE);
     let g = open();
-    let h = pin(g, mem.va, GPU_PAGE).unwrap();
-    let va = map(g, h, GPU_PAGE, 0).unwrap();
+    let (h, va) = pin_map(g, mem.va, GPU_PAGE);
     mem.free().unwrap();
     assert_eq!(callback_flag(g, h), Ok(i32::from(!persistent)));
-    assert_eq!(capi::gdr_unmap(g, h, va.cast(), GPU_PAGE), 0);
-    assert_eq!(capi::gdr_unpin_buffer(g, h), 0);
+    unmap_unpin(g, h, va, GPU_PAGE);
     assert_eq!(capi::gdr_close(g), 0);
 }
 
@@ -124,8 +118,7 @@ fn freeing_one_buffer_leaves_another_mapping_intact() {
     assert_eq!(&back, b"second");
     assert_eq!(second.read(0, 6), b"second");
     for (h, va) in [(h1, va1), (h2, va2)] {
-        assert_eq!(capi::gdr_unmap(g, h, va.cast(), GPU_PAGE), 0);
-        assert_eq!(capi::gdr_unpin_buffer(g, h), 0);
+        unmap_unpin(g, h, va, GPU_PAGE);
     }
     assert_eq!(capi::gdr_close(g), 0);
 }
@@ -142,8 +135,7 @@ fn access_after_unpin_or_close_faults() {
             let sim = GpuSim::open();
             let mem = sim.alloc(GPU_PAGE);
             let g = open();
-            let h = pin(g, mem.va, GPU_PAGE).unwrap();
-            let va = map(g, h, GPU_PAGE, 0).unwrap();
+            let (h, va) = pin_map(g, mem.va, GPU_PAGE);
             assert_eq!(copy_to(h, va, &[7u8; 8]), 0);
             assert_eq!(touch(va), 7);
             if how == "unpin" {

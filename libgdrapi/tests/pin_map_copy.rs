@@ -111,8 +111,7 @@ fn mapping_types_on_this_platform() {
     if rc == 0 {
         let va = map(g, hf, GPU_PAGE, 0).unwrap();
         assert_eq!(info(g, hf).unwrap().mapping_type, MappingType::WriteCombined as u32, "force-PCIe is never cached");
-        assert_eq!(capi::gdr_unmap(g, hf, va.cast(), GPU_PAGE), 0);
-        assert_eq!(capi::gdr_unpin_buffer(g, hf), 0);
+        unmap_unpin(g, hf, va, GPU_PAGE);
     }
     assert_eq!(capi::gdr_unpin_buffer(g, h), 0);
     assert_eq!(capi::gdr_close(g), 0);
@@ -129,8 +128,7 @@ fn copies_match_the_gpu_view_at_many_sizes_and_offsets() {
     let sim = GpuSim::open();
     let mem = sim.alloc(size);
     let g = open();
-    let h = pin(g, mem.va, size).unwrap();
-    let va = map(g, h, size, 0).unwrap();
+    let (h, va) = pin_map(g, mem.va, size);
     let mut rng = Rng::new(0x6764_7261_7069);
     let sizes = [1usize, 2, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 1000, 4095, 4096, 4097, 65535, 65536, 65537, 200_001, size];
     let offsets = [0usize, 1, 2, 3, 4, 7, 8, 15, 16, 31, 32, 63, 64, 4095, 4096, 65535, 65536];
@@ -234,8 +232,7 @@ fn partial_and_repeated_mappings() {
     assert_eq!(capi::gdr_unmap(g, h2, b.cast(), 4 * GPU_PAGE), EINVAL);
     // SAFETY: the user still owns the VMA of a mapping whose handle was unpinned.
     unsafe { libc::munmap(b.cast::<c_void>(), 4 * GPU_PAGE) };
-    assert_eq!(capi::gdr_unmap(g, h, a.cast(), 4 * GPU_PAGE), 0);
-    assert_eq!(capi::gdr_unpin_buffer(g, h), 0);
+    unmap_unpin(g, h, a, 4 * GPU_PAGE);
     assert_eq!(capi::gdr_close(g), 0);
 }
 
@@ -248,8 +245,7 @@ fn foreign_and_closed_instances() {
     let mem = sim.alloc(GPU_PAGE);
     let g1 = open();
     let g2 = open();
-    let h = pin(g1, mem.va, GPU_PAGE).unwrap();
-    let va = map(g1, h, GPU_PAGE, 0).unwrap();
+    let (h, va) = pin_map(g1, mem.va, GPU_PAGE);
     // h belongs to g1.
     assert_eq!(info(g2, h).err(), Some(EINVAL));
     assert_eq!(callback_flag(g2, h), Err(EINVAL));
@@ -335,8 +331,7 @@ fn small_buffers_in_one_page() {
     assert_eq!(map(g, h2, 8, 0).err(), Some(EINVAL));
     assert_eq!(copy_to(h1, va, &[9u8; 8]), 0);
     assert_eq!(mem.read(0, 8), [9u8; 8]);
-    assert_eq!(capi::gdr_unmap(g, h1, va.cast(), 8), 0);
-    assert_eq!(capi::gdr_unpin_buffer(g, h1), 0);
+    unmap_unpin(g, h1, va, 8);
     assert_eq!(capi::gdr_unpin_buffer(g, h2), 0);
     assert_eq!(capi::gdr_close(g), 0);
 }

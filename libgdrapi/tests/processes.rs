@@ -47,8 +47,7 @@ fn fork_child_cannot_use_parent_handles() {
     assert_eq!(copy_from(h, &mut back, va), 0);
     assert_eq!(&back, b"parent data");
     assert_eq!(callback_flag(g, h2), Ok(0));
-    assert_eq!(capi::gdr_unmap(g, h, va.cast(), GPU_PAGE), 0);
-    assert_eq!(capi::gdr_unpin_buffer(g, h), 0);
+    unmap_unpin(g, h, va, GPU_PAGE);
     assert_eq!(capi::gdr_unpin_buffer(g, h2), 0);
     assert_eq!(capi::gdr_close(g), 0);
 }
@@ -63,8 +62,7 @@ fn fork_child_with_its_own_instance_works() {
         let sim = GpuSim::open();
         let mem = sim.alloc(GPU_PAGE);
         let g = open();
-        let h = pin(g, mem.va, GPU_PAGE).unwrap();
-        let va = map(g, h, GPU_PAGE, 0).unwrap();
+        let (h, va) = pin_map(g, mem.va, GPU_PAGE);
         assert_eq!(copy_to(h, va, b"child"), 0);
         assert_eq!(mem.read(0, 5), b"child");
         assert_eq!(capi::gdr_close(g), 0);
@@ -82,8 +80,7 @@ fn churn(seed: u64, rounds: usize) -> i32 {
     for round in 0..rounds {
         let pages = 1 + rng.below(4);
         let mem = sim.alloc(pages * GPU_PAGE);
-        let h = pin(g, mem.va, pages * GPU_PAGE).unwrap();
-        let va = map(g, h, pages * GPU_PAGE, 0).unwrap();
+        let (h, va) = pin_map(g, mem.va, pages * GPU_PAGE);
         let n = 1 + rng.below(pages * GPU_PAGE);
         let data = rng.bytes(n);
         assert_eq!(copy_to(h, va, &data), 0);
@@ -91,8 +88,7 @@ fn churn(seed: u64, rounds: usize) -> i32 {
         let mut back = vec![0u8; n];
         assert_eq!(copy_from(h, &mut back, va), 0);
         assert_eq!(back, data);
-        assert_eq!(capi::gdr_unmap(g, h, va.cast(), pages * GPU_PAGE), 0);
-        assert_eq!(capi::gdr_unpin_buffer(g, h), 0);
+        unmap_unpin(g, h, va, pages * GPU_PAGE);
     }
     assert_eq!(capi::gdr_close(g), 0);
     0
@@ -124,22 +120,20 @@ fn many_threads_one_instance() {
                 let mut rng = Rng::new(7 + t);
                 for round in 0..25 {
                     let mem = sim.alloc(2 * GPU_PAGE);
-                    let h = pin(g, mem.va, 2 * GPU_PAGE).unwrap();
-                    let va = map(g, h, 2 * GPU_PAGE, 0).unwrap();
+                    let (h, va) = pin_map(g, mem.va, 2 * GPU_PAGE);
                     let n = 1 + rng.below(2 * GPU_PAGE);
                     let data = rng.bytes(n);
                     assert_eq!(copy_to(h, va, &data), 0);
                     assert_eq!(mem.read(0, n), data, "thread {t} round {round}");
-                    assert_eq!(capi::gdr_unmap(g, h, va.cast(), 2 * GPU_PAGE), 0);
-                    assert_eq!(capi::gdr_unpin_buffer(g, h), 0);
+                    unmap_unpin(g, h, va, 2 * GPU_PAGE);
                 }
             });
         }
     });
     // One shared mapping, disjoint slices copied from several threads at once.
     let mem = sim.alloc(8 * GPU_PAGE);
-    let h = pin(g as GdrT, mem.va, 8 * GPU_PAGE).unwrap();
-    let va = map(g as GdrT, h, 8 * GPU_PAGE, 0).unwrap() as usize;
+    let (h, va) = pin_map(g as GdrT, mem.va, 8 * GPU_PAGE);
+    let va = va as usize;
     std::thread::scope(|s| {
         for t in 0..8usize {
             s.spawn(move || {
@@ -199,15 +193,13 @@ fn child_freeing_its_buffer_leaves_parent_mapping() {
     let sim = GpuSim::open();
     let mem = sim.alloc(GPU_PAGE);
     let g = open();
-    let h = pin(g, mem.va, GPU_PAGE).unwrap();
-    let va = map(g, h, GPU_PAGE, 0).unwrap();
+    let (h, va) = pin_map(g, mem.va, GPU_PAGE);
     assert_eq!(copy_to(h, va, b"parent value"), 0);
     let exit = in_child(|| {
         let sim = GpuSim::open();
         let mut mem = sim.alloc(GPU_PAGE);
         let g = open();
-        let h = pin(g, mem.va, GPU_PAGE).unwrap();
-        let va = map(g, h, GPU_PAGE, 0).unwrap();
+        let (h, va) = pin_map(g, mem.va, GPU_PAGE);
         assert_eq!(copy_to(h, va, b"child value"), 0);
         mem.free().unwrap();
         0 // exit without unmap/unpin/close: process teardown releases everything
@@ -255,9 +247,7 @@ fn stale_mapping_never_shows_another_process_data() {
     if !devices("stale_mapping_never_shows_another_process_data") {
         return;
     }
-    let g0 = open();
-    let persistent = persistent(g0);
-    assert_eq!(capi::gdr_close(g0), 0);
+    let persistent = persistent_mode();
     // The "parent" role runs in a child of the test so that its fault can be observed.
     let exit = in_child(|| {
         let (to_child_r, to_child_w) = pipe();
@@ -265,8 +255,7 @@ fn stale_mapping_never_shows_another_process_data() {
         let sim = GpuSim::open();
         let mut mem = sim.alloc(4 * GPU_PAGE);
         let g = open();
-        let h = pin(g, mem.va, 4 * GPU_PAGE).unwrap();
-        let va = map(g, h, 4 * GPU_PAGE, 0).unwrap();
+        let (h, va) = pin_map(g, mem.va, 4 * GPU_PAGE);
         assert_eq!(copy_to(h, va, &[0x11; 64]), 0);
         mem.free().unwrap();
         let other = spawn_child(move || {

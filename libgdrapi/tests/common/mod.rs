@@ -231,6 +231,30 @@ pub fn persistent(g: GdrT) -> bool {
     attribute(g, gdrapi::abi::GDR_ATTR_USE_PERSISTENT_MAPPING).expect("GDR_ATTR_USE_PERSISTENT_MAPPING") != 0
 }
 
+/// [`persistent`], asked through a short-lived instance of its own.
+#[track_caller]
+pub fn persistent_mode() -> bool {
+    let g = open();
+    let p = persistent(g);
+    assert_eq!(capi::gdr_close(g), 0);
+    p
+}
+
+/// Pins `[addr, addr + size)` and maps all of it with default flags; both must succeed.
+#[track_caller]
+pub fn pin_map(g: GdrT, addr: u64, size: usize) -> (GdrMh, *mut u8) {
+    let h = pin(g, addr, size).unwrap();
+    let va = map(g, h, size, 0).unwrap();
+    (h, va)
+}
+
+/// Unmaps `va` (`size` bytes) and unpins `h`; both must return 0.
+#[track_caller]
+pub fn unmap_unpin(g: GdrT, h: GdrMh, va: *mut u8, size: usize) {
+    assert_eq!(capi::gdr_unmap(g, h, va.cast(), size), 0);
+    assert_eq!(capi::gdr_unpin_buffer(g, h), 0);
+}
+
 // ---- processes ------------------------------------------------------------------------------
 
 /// How a child ended.
@@ -244,15 +268,7 @@ pub enum Exit {
 /// if it panicked. Run the tests that use it with --test-threads=1 (the suite does): a fork
 /// copies only the calling thread.
 pub fn in_child(f: impl FnOnce() -> i32) -> Exit {
-    // SAFETY: the child only runs `f` and then _exit()s; it never returns into the test harness.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(101);
-        // SAFETY: _exit ends the child without running the parent's atexit handlers twice.
-        unsafe { libc::_exit(code) };
-    }
-    wait(pid)
+    wait(spawn_child(f))
 }
 
 pub fn wait(pid: libc::pid_t) -> Exit {
@@ -294,12 +310,12 @@ impl Rng {
 
 /// Forks a child running `f` without waiting for it (see [`in_child`]); returns its pid.
 pub fn spawn_child(f: impl FnOnce() -> i32) -> libc::pid_t {
-    // SAFETY: as in `in_child`: the child runs `f` and _exit()s.
+    // SAFETY: the child only runs `f` and then _exit()s; it never returns into the test harness.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
         let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(101);
-        // SAFETY: see `in_child`.
+        // SAFETY: _exit ends the child without running the parent's atexit handlers twice.
         unsafe { libc::_exit(code) };
     }
     pid
