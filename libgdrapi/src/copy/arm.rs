@@ -22,70 +22,67 @@ pub(super) fn dmb_sy() {
     unsafe { asm!("dmb sy", options(nostack, preserves_flags)) }
 }
 
-/// Host -> device, 16-byte volatile stores.
-///
-/// # Safety
-/// `dst` (device) 16-aligned and valid for `n` writes, `src` valid for `n` reads, `n` a multiple of 16,
-/// no overlap.
-pub(super) unsafe fn store_neon(dst: *mut u8, src: *const u8, n: usize) {
-    debug_assert!(dst.addr().is_multiple_of(16) && n.is_multiple_of(16));
-    let mut i = 0;
-    while i + 64 <= n {
-        // SAFETY: i + 64 <= n keeps the accesses in range; dst + i is 16-aligned; host loads
-        // are unaligned reads.
-        unsafe {
-            let (d, s) = (dst.add(i).cast::<uint8x16_t>(), src.add(i).cast::<uint8x16_t>());
-            let a = s.read_unaligned();
-            let b = s.add(1).read_unaligned();
-            let c = s.add(2).read_unaligned();
-            let e = s.add(3).read_unaligned();
-            d.write_volatile(a);
-            d.add(1).write_volatile(b);
-            d.add(2).write_volatile(c);
-            d.add(3).write_volatile(e);
+/// Generates one NEON copy kernel: `fn(dst, src, n)` copying `n` bytes in 16-byte `q` vectors,
+/// four per 64-byte line with the line's loads issued before its stores. `store` kernels treat
+/// `dst` as the device side, `load` kernels `src`; `load` and `store` name the pointer methods
+/// used (volatile on the device side, unaligned on the host side).
+macro_rules! neon_kernel {
+    (
+        $(#[$doc:meta])*
+        $dir:ident fn $name:ident,
+        load = $load:ident,
+        store = $store:ident $(,)?
+    ) => {
+        $(#[$doc])*
+        pub(super) unsafe fn $name(dst: *mut u8, src: *const u8, n: usize) {
+            let device_addr = neon_kernel!(@device $dir, dst, src).addr();
+            debug_assert!(device_addr.is_multiple_of(16) && n.is_multiple_of(16));
+            let mut i = 0;
+            while i + 64 <= n {
+                // SAFETY: i + 64 <= n keeps the accesses in range; the device-side pointer plus i
+                // is 16-aligned; host-side accesses are unaligned ones.
+                unsafe {
+                    let (d, s) = (dst.add(i).cast::<uint8x16_t>(), src.add(i).cast::<uint8x16_t>());
+                    let v = [s.$load(), s.add(1).$load(), s.add(2).$load(), s.add(3).$load()];
+                    d.$store(v[0]);
+                    d.add(1).$store(v[1]);
+                    d.add(2).$store(v[2]);
+                    d.add(3).$store(v[3]);
+                }
+                i += 64;
+            }
+            while i < n {
+                // SAFETY: i + 16 <= n; alignment as above.
+                unsafe {
+                    let v = src.add(i).cast::<uint8x16_t>().$load();
+                    dst.add(i).cast::<uint8x16_t>().$store(v);
+                }
+                i += 16;
+            }
         }
-        i += 64;
-    }
-    while i < n {
-        // SAFETY: i + 16 <= n; alignment as above.
-        unsafe {
-            let v = src.add(i).cast::<uint8x16_t>().read_unaligned();
-            dst.add(i).cast::<uint8x16_t>().write_volatile(v);
-        }
-        i += 16;
-    }
+    };
+    (@device store, $dst:ident, $src:ident) => { $dst };
+    (@device load, $dst:ident, $src:ident) => { $src };
 }
 
-/// Device -> host, 16-byte volatile loads, the four of a line first.
-///
-/// # Safety
-/// `src` (device) 16-aligned and valid for `n` reads, `dst` valid for `n` writes, `n` a multiple of 16,
-/// no overlap.
-pub(super) unsafe fn load_neon(dst: *mut u8, src: *const u8, n: usize) {
-    debug_assert!(src.addr().is_multiple_of(16) && n.is_multiple_of(16));
-    let mut i = 0;
-    while i + 64 <= n {
-        // SAFETY: i + 64 <= n keeps the accesses in range; src + i is 16-aligned; host stores
-        // are unaligned writes.
-        unsafe {
-            let (d, s) = (dst.add(i).cast::<uint8x16_t>(), src.add(i).cast::<uint8x16_t>());
-            let a = s.read_volatile();
-            let b = s.add(1).read_volatile();
-            let c = s.add(2).read_volatile();
-            let e = s.add(3).read_volatile();
-            d.write_unaligned(a);
-            d.add(1).write_unaligned(b);
-            d.add(2).write_unaligned(c);
-            d.add(3).write_unaligned(e);
-        }
-        i += 64;
-    }
-    while i < n {
-        // SAFETY: i + 16 <= n; alignment as above.
-        unsafe {
-            let v = src.add(i).cast::<uint8x16_t>().read_volatile();
-            dst.add(i).cast::<uint8x16_t>().write_unaligned(v);
-        }
-        i += 16;
-    }
+neon_kernel! {
+    /// Host -> device, 16-byte volatile stores.
+    ///
+    /// # Safety
+    /// `dst` (device) 16-aligned and valid for `n` writes, `src` valid for `n` reads, `n` a multiple of 16,
+    /// no overlap.
+    store fn store_neon,
+    load = read_unaligned,
+    store = write_volatile,
+}
+
+neon_kernel! {
+    /// Device -> host, 16-byte volatile loads, the four of a line first.
+    ///
+    /// # Safety
+    /// `src` (device) 16-aligned and valid for `n` reads, `dst` valid for `n` writes, `n` a multiple of 16,
+    /// no overlap.
+    load fn load_neon,
+    load = read_volatile,
+    store = write_unaligned,
 }
