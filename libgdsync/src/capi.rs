@@ -42,6 +42,14 @@ fn einval(origin: &str, what: &str) -> Errno {
     Errno::EINVAL
 }
 
+/// A 32-bit word pointer from the application must be non-NULL and 4-byte aligned.
+fn check_dword_ptr(origin: &str, ptr: *mut u32) -> Result<()> {
+    if ptr.is_null() || (ptr as usize) & 3 != 0 {
+        return Err(einval(origin, &format!("invalid pointer {ptr:p}")));
+    }
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reading application structures
 
@@ -554,9 +562,7 @@ pub unsafe extern "C" fn gds_prepare_wait_value32(
         // SAFETY: NULL or writable.
         let d = unsafe { desc.as_mut() }.ok_or_else(|| einval(F, "NULL descriptor"))?;
         memops::check_wait_value32(cond_flags, flags)?;
-        if ptr.is_null() || (ptr as usize) & 3 != 0 {
-            return Err(einval(F, &format!("invalid pointer {ptr:p}")));
-        }
+        check_dword_ptr(F, ptr)?;
         *d = WaitValue32 { ptr, value, cond_flags, flags };
         Ok(())
     })
@@ -573,9 +579,7 @@ pub unsafe extern "C" fn gds_prepare_write_value32(desc: *mut WriteValue32, ptr:
         // SAFETY: NULL or writable.
         let d = unsafe { desc.as_mut() }.ok_or_else(|| einval(F, "NULL descriptor"))?;
         memops::check_write_value32(flags)?;
-        if ptr.is_null() || (ptr as usize) & 3 != 0 {
-            return Err(einval(F, &format!("invalid pointer {ptr:p}")));
-        }
+        check_dword_ptr(F, ptr)?;
         *d = WriteValue32 { ptr, value, flags };
         Ok(())
     })
@@ -709,9 +713,7 @@ pub unsafe extern "C" fn gds_mlx5_get_dword_wait_info(ptr: *mut u32, value: u32,
         const F: &str = "gds_mlx5_get_dword_wait_info";
         // SAFETY: NULL or writable.
         let out = unsafe { info.as_mut() }.ok_or_else(|| einval(F, "NULL info"))?;
-        if ptr.is_null() || (ptr as usize) & 3 != 0 {
-            return Err(einval(F, &format!("invalid pointer {ptr:p}")));
-        }
+        check_dword_ptr(F, ptr)?;
         *out = Mlx5DwordWaitInfo { ptr: std::ptr::null_mut(), value: 0 };
         let d = memmgr().map_mem(cuda()?, ptr as usize, 4, flags & GDS_MEMORY_MASK)?;
         *out = Mlx5DwordWaitInfo { ptr: d as *mut u32, value };

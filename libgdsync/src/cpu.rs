@@ -46,11 +46,7 @@ unsafe fn spin(addr: usize, cond: u32, value: u32) {
 }
 
 fn check_align(addr: usize, a: usize) -> Result<()> {
-    if addr & (a - 1) != 0 {
-        gds_err!("gds_post_descriptors", "address {addr:#x} is not {a}-byte aligned");
-        return Err(Errno::EINVAL);
-    }
-    Ok(())
+    crate::memops::check_aligned("gds_post_descriptors", "address", addr as u64, a as u64)
 }
 
 fn check_cpu_mem_type(flags: i32) -> Result<()> {

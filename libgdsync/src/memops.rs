@@ -134,10 +134,7 @@ impl<'a> Emitter<'a> {
 
     fn poll(&mut self, addr: u64, value: u32, cond: u32, gds_flags: i32) -> Result<()> {
         const F: &str = "gds_fill_poll";
-        if addr & 3 != 0 {
-            gds_err!(F, "wait address {addr:#x} is not 4-byte aligned");
-            return Err(Errno::EINVAL);
-        }
+        check_aligned(F, "wait address", addr, 4)?;
         let mut flags = match cond {
             GDS_WAIT_COND_GEQ | GDS_WAIT_COND_EQ | GDS_WAIT_COND_AND => cond,
             GDS_WAIT_COND_NOR if self.caps.has_wait_nor => cond,
@@ -178,20 +175,14 @@ impl<'a> Emitter<'a> {
     }
 
     fn poke(&mut self, addr: u64, value: u32, barrier: bool) -> Result<()> {
-        if addr & 3 != 0 {
-            gds_err!("gds_fill_poke", "write address {addr:#x} is not 4-byte aligned");
-            return Err(Errno::EINVAL);
-        }
+        check_aligned("gds_fill_poke", "write address", addr, 4)?;
         let flags = self.write_flags(barrier);
         self.ops.push(MemOp::Write32 { addr, value, flags });
         Ok(())
     }
 
     fn poke64(&mut self, addr: u64, value: u64, barrier: bool) -> Result<()> {
-        if addr & 7 != 0 {
-            gds_err!("gds_fill_poke64", "write address {addr:#x} is not 8-byte aligned");
-            return Err(Errno::EINVAL);
-        }
+        check_aligned("gds_fill_poke64", "write address", addr, 8)?;
         let flags = self.write_flags(barrier);
         self.ops.push(MemOp::Write64 { addr, value, flags });
         Ok(())
@@ -303,8 +294,14 @@ pub fn translate(
 }
 
 fn aligned(ptr: usize, a: usize) -> Result<()> {
-    if ptr & (a - 1) != 0 {
-        gds_err!("gds_stream_post_descriptors", "pointer {ptr:#x} is not {a}-byte aligned");
+    check_aligned("gds_stream_post_descriptors", "pointer", ptr as u64, a as u64)
+}
+
+/// `Ok` when `addr` is a multiple of `a` (a power of two); otherwise logs
+/// "`what` ADDR is not A-byte aligned" under `origin` and fails with `EINVAL`.
+pub(crate) fn check_aligned(origin: &str, what: &str, addr: u64, a: u64) -> Result<()> {
+    if addr & (a - 1) != 0 {
+        gds_err!(origin, "{what} {addr:#x} is not {a}-byte aligned");
         return Err(Errno::EINVAL);
     }
     Ok(())
