@@ -249,8 +249,11 @@ static void install_probe_handlers(void)
 	sigaction(SIGSEGV, &sa, NULL);
 }
 
-/* 0 if reading *p works, else the signal it raised. */
-static int probe_read(volatile uint32_t *p, uint32_t *out)
+/*
+ * 0 if the access to *p works, else the signal it raised: a read into *out, or, with out NULL,
+ * a write of v.
+ */
+static int probe_access(volatile uint32_t *p, uint32_t *out, uint32_t v)
 {
 	int sig;
 
@@ -261,26 +264,24 @@ static int probe_read(volatile uint32_t *p, uint32_t *out)
 		return sig;
 	}
 	probe_active = 1;
-	*out = *p;
+	if (out) {
+		*out = *p;
+	} else {
+		*p = v;
+		__sync_synchronize();
+	}
 	probe_active = 0;
 	return 0;
 }
 
+static int probe_read(volatile uint32_t *p, uint32_t *out)
+{
+	return probe_access(p, out, 0);
+}
+
 static int probe_write(volatile uint32_t *p, uint32_t v)
 {
-	int sig;
-
-	install_probe_handlers();
-	sig = sigsetjmp(probe_jmp, 1);
-	if (sig) {
-		probe_active = 0;
-		return sig;
-	}
-	probe_active = 1;
-	*p = v;
-	__sync_synchronize();
-	probe_active = 0;
-	return 0;
+	return probe_access(p, NULL, v);
 }
 
 /* ---- data helpers ------------------------------------------------------------------------ */
@@ -344,6 +345,24 @@ static int buf_teardown(struct buf *b)
 	if (b->gpu)
 		CHECK_OK(munmap(b->gpu, b->size));
 	CHECK_RET(gs_free(b->gs, b->va), 0);
+	return 0;
+}
+
+/* buf_teardown, then close the gdrdrv file the buffer was pinned through. */
+static int buf_teardown_close(struct buf *b)
+{
+	if (buf_teardown(b))
+		return -1;
+	close(b->gdr);
+	return 0;
+}
+
+/* The usual end of a test holding one pin h of the allocation va: unpin, close gdrdrv, free. */
+static int unpin_close_free(int gs, int fd, uint64_t va, uint64_t h)
+{
+	CHECK_RET(unpin(fd, h), 0);
+	close(fd);
+	CHECK_RET(gs_free(gs, va), 0);
 	return 0;
 }
 
@@ -638,10 +657,7 @@ static int t_info(void)
 	CHECK_OK(munmap(p, 2 * GPAGE));
 	CHECK_RET(get_info_v2(fd, h, &i2), 0);
 	CHECK(i2.mapping_type == GDR_MR_NONE, "type after munmap %u", i2.mapping_type);
-	CHECK_RET(unpin(fd, h), 0);
-	close(fd);
-	CHECK_RET(gs_free(gs, va), 0);
-	return 0;
+	return unpin_close_free(gs, fd, va, h);
 }
 
 static int t_mapping_type(void)
@@ -676,10 +692,7 @@ static int t_mapping_type(void)
 	CHECK_RET(req_type(fd, h, 7), EINVAL);	/* range check comes first */
 	CHECK_OK(munmap(p, 2 * GPAGE));
 	CHECK_RET(req_type(fd, h, GDR_MR_NONE), 0);
-	CHECK_RET(unpin(fd, h), 0);
-	close(fd);
-	CHECK_RET(gs_free(gs, va), 0);
-	return 0;
+	return unpin_close_free(gs, fd, va, h);
 }
 
 static int t_mmap_checks(void)
@@ -759,10 +772,7 @@ static int t_mmap_checks(void)
 	q = mremap(p, GPAGE, 2 * GPAGE, MREMAP_MAYMOVE);
 	CHECK(q == MAP_FAILED, "mapping grew");
 	CHECK_OK(munmap(p, GPAGE));
-	CHECK_RET(unpin(fd, h), 0);
-	close(fd);
-	CHECK_RET(gs_free(gs, va), 0);
-	return 0;
+	return unpin_close_free(gs, fd, va, h);
 }
 
 static int t_data(void)
@@ -848,10 +858,7 @@ static int t_large(void)
 	__sync_synchronize();
 	for (size_t i = 0; i < size / 4; i += step)
 		CHECK(c[i + 1] == pattern(23, i), "page at offset 0x%zx differs (gpu->cpu)", i * 4);
-	if (buf_teardown(&b))
-		return -1;
-	close(fd);
-	return 0;
+	return buf_teardown_close(&b);
 }
 
 /* Free the GPU memory while it is pinned and mapped. */
@@ -1015,10 +1022,7 @@ static int t_fork(void)
 	long bad = verify(b.cpu, b.size, 99);
 
 	CHECK(bad < 0, "parent data changed at word %ld", bad);
-	if (buf_teardown(&b))
-		return -1;
-	close(fd);
-	return 0;
+	return buf_teardown_close(&b);
 }
 
 /* The child closes nothing and exits while the parent keeps everything: regions stay. */
@@ -1218,10 +1222,7 @@ static int t_pin_efault(void)
 	uint64_t h = 0;
 
 	CHECK_RET(pin(fd, va, GPAGE, &h), 0);
-	CHECK_RET(unpin(fd, h), 0);
-	close(fd);
-	CHECK_RET(gs_free(gs, va), 0);
-	return 0;
+	return unpin_close_free(gs, fd, va, h);
 }
 
 /* Two tiny pins inside one GPU page (upstream sanity basic_small_buffers_mapping). */

@@ -591,6 +591,16 @@ static int t_many_processes(void)
 
 /* --- nvidia_p2p_* through p2ptest.ko ------------------------------------------------------ */
 
+/* Wait for the child pid, which must exit with status 0. */
+static int wait_child_ok(pid_t pid)
+{
+	int status;
+
+	CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status 0x%x", status);
+	return 0;
+}
+
 static int p2p_fd(void)
 {
 	return open(P2PT_DEVICE_PATH, O_RDWR | O_CLOEXEC);
@@ -791,9 +801,8 @@ static int t_p2p_callback_on_free(void)
 			_exit(2);
 		_exit(0);
 	}
-	int status;
-	CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
-	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status 0x%x", status);
+	if (wait_child_ok(pid))
+		return -1;
 	CHECK(pins_now() == 0 && free_now() == before, "teardown leak");
 
 	/* a child exiting with pins and GPU memory in any order leaves nothing behind */
@@ -809,8 +818,8 @@ static int t_p2p_callback_on_free(void)
 			_exit(1);
 		_exit(0);
 	}
-	CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
-	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status 0x%x", status);
+	if (wait_child_ok(pid))
+		return -1;
 	CHECK(pins_now() == 0 && free_now() == before, "teardown leak (2)");
 	close(pfd);
 	close(fd);
@@ -887,9 +896,8 @@ static int t_p2p_foreign_va(void)
 			_exit(3);
 		_exit(0);
 	}
-	int status;
-	CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
-	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status 0x%x", status);
+	if (wait_child_ok(pid))
+		return -1;
 	CHECK_OK(gs_free(fd, va));
 	close(fd);
 	return 0;
