@@ -550,24 +550,29 @@ fn pointer_attributes() {
     }
 }
 
+/// VMM allocation properties: pinned memory on device 0 with `alloc_flags`.
+fn pinned_on_device_0(alloc_flags: CUmemAllocFlags) -> CUmemAllocationProp {
+    CUmemAllocationProp {
+        type_: CU_MEM_ALLOCATION_TYPE_PINNED,
+        requested_handle_types: 0,
+        location: CUmemLocation {
+            type_: CU_MEM_LOCATION_TYPE_DEVICE,
+            id: 0,
+        },
+        win32_handle_meta_data: null_mut(),
+        alloc_flags,
+    }
+}
+
 #[test]
 fn vmm_lifecycle() {
     setup();
     // SAFETY: structs are local; addresses come from the API.
     unsafe {
-        let prop = CUmemAllocationProp {
-            type_: CU_MEM_ALLOCATION_TYPE_PINNED,
-            requested_handle_types: 0,
-            location: CUmemLocation {
-                type_: CU_MEM_LOCATION_TYPE_DEVICE,
-                id: 0,
-            },
-            win32_handle_meta_data: null_mut(),
-            alloc_flags: CUmemAllocFlags {
-                gpu_direct_rdma_capable: 1,
-                ..Default::default()
-            },
-        };
+        let prop = pinned_on_device_0(CUmemAllocFlags {
+            gpu_direct_rdma_capable: 1,
+            ..Default::default()
+        });
         let mut gran = 0;
         ok(cuMemGetAllocationGranularity(&mut gran, &prop, 0));
         assert_eq!(gran, 0x10000);
@@ -671,16 +676,7 @@ fn vmm_two_mappings_share_memory() {
     setup();
     // SAFETY: as vmm_lifecycle.
     unsafe {
-        let prop = CUmemAllocationProp {
-            type_: CU_MEM_ALLOCATION_TYPE_PINNED,
-            requested_handle_types: 0,
-            location: CUmemLocation {
-                type_: CU_MEM_LOCATION_TYPE_DEVICE,
-                id: 0,
-            },
-            win32_handle_meta_data: null_mut(),
-            alloc_flags: CUmemAllocFlags::default(),
-        };
+        let prop = pinned_on_device_0(CUmemAllocFlags::default());
         let g = 0x10000usize;
         let mut h = 0;
         ok(cuMemCreate(&mut h, 2 * g, &prop, 0));
