@@ -195,16 +195,18 @@ static u64 region_file_pages(u64 mapped_size)
 /* ---- region lookup --------------------------------------------------------------------- */
 
 /*
- * Find the region with this exact handle and lock it (write or read). The semaphore is taken
- * while the file mutex is held, so the region cannot be unlinked and freed in between.
+ * Find a region and lock it (write or read): the one whose handle is key, or, when !exact, the
+ * one whose file range contains key (a VMA piece may start inside a region). The semaphore is
+ * taken while the file mutex is held, so the region cannot be unlinked and freed in between.
  */
-static struct gdr_region *region_get(struct gdr_file *gf, gdr_hnd_t handle, bool write)
+static struct gdr_region *region_lookup(struct gdr_file *gf, u64 key, bool exact, bool write)
 {
 	struct gdr_region *r, *found = NULL;
 
 	mutex_lock(&gf->lock);
 	list_for_each_entry(r, &gf->regions, node) {
-		if (r->handle == handle) {
+		if (exact ? r->handle == key :
+		    key >= r->handle && key - r->handle < region_file_pages(r->mapped_size)) {
 			found = r;
 			break;
 		}
@@ -219,27 +221,15 @@ static struct gdr_region *region_get(struct gdr_file *gf, gdr_hnd_t handle, bool
 	return found;
 }
 
-/* Find the region whose file range contains pgoff (a VMA piece may start inside it). */
+static struct gdr_region *region_get(struct gdr_file *gf, gdr_hnd_t handle, bool write)
+{
+	return region_lookup(gf, handle, true, write);
+}
+
 static struct gdr_region *region_get_by_pgoff(struct gdr_file *gf, unsigned long pgoff,
 					      bool write)
 {
-	struct gdr_region *r, *found = NULL;
-
-	mutex_lock(&gf->lock);
-	list_for_each_entry(r, &gf->regions, node) {
-		if (pgoff >= r->handle && pgoff - r->handle < region_file_pages(r->mapped_size)) {
-			found = r;
-			break;
-		}
-	}
-	if (found) {
-		if (write)
-			down_write(&found->sem);
-		else
-			down_read(&found->sem);
-	}
-	mutex_unlock(&gf->lock);
-	return found;
+	return region_lookup(gf, pgoff, false, write);
 }
 
 static void region_unreserve(struct gdr_region *r);
