@@ -1072,8 +1072,23 @@ fn wait_op(t: &driver::Tables, addr: u64, value: u64, flags: u32, wide: bool) ->
     })
 }
 
-fn write_op(t: &driver::Tables, addr: u64, value: u64, flags: u32, wide: bool) -> R<Op> {
-    if flags & !CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER != 0 {
+/// Which generation of the stream-memop entry points a call came through.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MemOpApi {
+    /// The original entry points (CUDA 8.0), which honour `NO_MEMORY_BARRIER`.
+    V1,
+    /// The `_v2` entry points (CUDA 11.7+, what cuda.h maps the names to): like the real driver
+    /// they refuse `CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER` with CUDA_ERROR_INVALID_VALUE.
+    V2,
+}
+
+fn write_op(t: &driver::Tables, addr: u64, value: u64, flags: u32, wide: bool, api: MemOpApi) -> R<Op> {
+    let allowed = match api {
+        MemOpApi::V1 => CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER,
+        MemOpApi::V2 => 0,
+    };
+    if flags & !allowed != 0 {
+        crate::log!("stream write: flags {flags:#x} not supported by this entry point");
         return Err(err::INVALID_VALUE);
     }
     let size = if wide { 8 } else { 4 };
@@ -1098,7 +1113,7 @@ fn write_op(t: &driver::Tables, addr: u64, value: u64, flags: u32, wide: bool) -
 }
 
 /// Translates one batch entry.
-pub(crate) fn batch_op(t: &driver::Tables, p: &CUstreamBatchMemOpParams) -> R<Op> {
+pub(crate) fn batch_op(t: &driver::Tables, p: &CUstreamBatchMemOpParams, api: MemOpApi) -> R<Op> {
     // SAFETY: every member of the union is plain old data; reading `operation` is always
     // valid, and the member read below is the one `operation` selects.
     unsafe {
@@ -1123,6 +1138,7 @@ pub(crate) fn batch_op(t: &driver::Tables, p: &CUstreamBatchMemOpParams) -> R<Op
                 p.write_value.v.value as u64,
                 p.write_value.flags,
                 false,
+                api,
             ),
             memop::WRITE_VALUE_64 => write_op(
                 t,
@@ -1130,6 +1146,7 @@ pub(crate) fn batch_op(t: &driver::Tables, p: &CUstreamBatchMemOpParams) -> R<Op
                 p.write_value.v.value64,
                 p.write_value.flags,
                 true,
+                api,
             ),
             memop::FLUSH_REMOTE_WRITES if p.flush_remote_writes.flags == 0 => Ok(Op::Fence),
             memop::BARRIER if p.memory_barrier.flags <= CU_STREAM_MEMORY_BARRIER_TYPE_GPU => {
@@ -1154,6 +1171,7 @@ fn batch(
     count: c_uint,
     params: *const CUstreamBatchMemOpParams,
     flags: c_uint,
+    api: MemOpApi,
 ) -> R<()> {
     let d = d()?;
     if flags != 0 {
@@ -1173,7 +1191,7 @@ fn batch(
             // SAFETY: the caller passes `count` parameter unions.
             let p = unsafe { params.add(i).read_unaligned() };
             ops.push(
-                batch_op(t, &p)
+                batch_op(t, &p, api)
                     .inspect_err(|_| crate::log!("cuStreamBatchMemOp: entry {i} rejected"))?,
             );
         }
@@ -1183,16 +1201,16 @@ fn batch(
 }
 
 export! {
-    fn cuStreamWriteValue32(s: CUstream, addr: CUdeviceptr, value: u32, flags: c_uint) { memop1(s, |t| write_op(t, addr, value as u64, flags, false)) }
-    fn cuStreamWriteValue32_v2(s: CUstream, addr: CUdeviceptr, value: u32, flags: c_uint) { memop1(s, |t| write_op(t, addr, value as u64, flags, false)) }
-    fn cuStreamWriteValue64(s: CUstream, addr: CUdeviceptr, value: u64, flags: c_uint) { memop1(s, |t| write_op(t, addr, value, flags, true)) }
-    fn cuStreamWriteValue64_v2(s: CUstream, addr: CUdeviceptr, value: u64, flags: c_uint) { memop1(s, |t| write_op(t, addr, value, flags, true)) }
+    fn cuStreamWriteValue32(s: CUstream, addr: CUdeviceptr, value: u32, flags: c_uint) { memop1(s, |t| write_op(t, addr, value as u64, flags, false, MemOpApi::V1)) }
+    fn cuStreamWriteValue32_v2(s: CUstream, addr: CUdeviceptr, value: u32, flags: c_uint) { memop1(s, |t| write_op(t, addr, value as u64, flags, false, MemOpApi::V2)) }
+    fn cuStreamWriteValue64(s: CUstream, addr: CUdeviceptr, value: u64, flags: c_uint) { memop1(s, |t| write_op(t, addr, value, flags, true, MemOpApi::V1)) }
+    fn cuStreamWriteValue64_v2(s: CUstream, addr: CUdeviceptr, value: u64, flags: c_uint) { memop1(s, |t| write_op(t, addr, value, flags, true, MemOpApi::V2)) }
     fn cuStreamWaitValue32(s: CUstream, addr: CUdeviceptr, value: u32, flags: c_uint) { memop1(s, |t| wait_op(t, addr, value as u64, flags, false)) }
     fn cuStreamWaitValue32_v2(s: CUstream, addr: CUdeviceptr, value: u32, flags: c_uint) { memop1(s, |t| wait_op(t, addr, value as u64, flags, false)) }
     fn cuStreamWaitValue64(s: CUstream, addr: CUdeviceptr, value: u64, flags: c_uint) { memop1(s, |t| wait_op(t, addr, value, flags, true)) }
     fn cuStreamWaitValue64_v2(s: CUstream, addr: CUdeviceptr, value: u64, flags: c_uint) { memop1(s, |t| wait_op(t, addr, value, flags, true)) }
-    fn cuStreamBatchMemOp(s: CUstream, count: c_uint, params: *const CUstreamBatchMemOpParams, flags: c_uint) { batch(s, count, params, flags) }
-    fn cuStreamBatchMemOp_v2(s: CUstream, count: c_uint, params: *const CUstreamBatchMemOpParams, flags: c_uint) { batch(s, count, params, flags) }
+    fn cuStreamBatchMemOp(s: CUstream, count: c_uint, params: *const CUstreamBatchMemOpParams, flags: c_uint) { batch(s, count, params, flags, MemOpApi::V1) }
+    fn cuStreamBatchMemOp_v2(s: CUstream, count: c_uint, params: *const CUstreamBatchMemOpParams, flags: c_uint) { batch(s, count, params, flags, MemOpApi::V2) }
 }
 
 // ----- cuGetProcAddress ---------------------------------------------------------------------

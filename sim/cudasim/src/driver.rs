@@ -406,9 +406,11 @@ impl Driver {
             MAX_SHARED_MEMORY_PER_MULTIPROCESSOR => 228 * 1024,
             MANAGED_MEMORY | CONCURRENT_MANAGED_ACCESS | PAGEABLE_MEMORY_ACCESS => 0,
             CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM => 1,
+            // CUDA 13 reports the v1 capabilities as 0 (the v1 entry points need a module
+            // parameter); the v2 ones below are what consumers must use.
             CAN_USE_STREAM_MEM_OPS_V1
             | CAN_USE_64_BIT_STREAM_MEM_OPS_V1
-            | CAN_USE_STREAM_WAIT_VALUE_NOR_V1 => 1,
+            | CAN_USE_STREAM_WAIT_VALUE_NOR_V1 => 0,
             CAN_USE_64_BIT_STREAM_MEM_OPS | CAN_USE_STREAM_WAIT_VALUE_NOR => 1,
             CAN_FLUSH_REMOTE_WRITES => 1,
             HOST_REGISTER_SUPPORTED | READ_ONLY_HOST_REGISTER_SUPPORTED => 1,

@@ -229,12 +229,15 @@ fn consumer_flow_through_get_proc_address() {
         assert!(n >= 1);
         let mut dev = -1;
         assert_eq!(cu.f::<FnDevGet>(c"cuDeviceGet")(&mut dev, 0), SUCCESS);
-        let mut v = 0;
-        assert_eq!(
-            cu.f::<FnAttr>(c"cuDeviceGetAttribute")(&mut v, 93, dev),
-            SUCCESS
-        );
-        assert_eq!(v, 1);
+        // 64-bit stream memops: the CUDA 12+ attribute says yes, the v1 one (93) reads 0 as on CUDA 13.
+        for (attr, want) in [(122, 1), (93, 0)] {
+            let mut v = -1;
+            assert_eq!(
+                cu.f::<FnAttr>(c"cuDeviceGetAttribute")(&mut v, attr, dev),
+                SUCCESS
+            );
+            assert_eq!(v, want, "attribute {attr}");
+        }
         let alloc: FnAlloc = cu.f(c"cuMemAlloc");
         let free: FnFree = cu.f(c"cuMemFree");
         let mut p = 0u64;
@@ -296,8 +299,15 @@ fn consumer_flow_through_get_proc_address() {
 
         // Batch: WRITE_VALUE_32, WAIT_VALUE_32 (EQ, FLUSH), WRITE_VALUE_64, as raw 48-byte unions.
         let mk = |op: u64, addr: u64, val: u64, flags: u64| [op, addr, val, flags, 0, 0];
+        // The name resolves to the _v2 entry point, which refuses NO_MEMORY_BARRIER (flags 1 on a
+        // write) as CUDA 11.7+ does: the whole batch is rejected and nothing is queued.
+        let relaxed = [mk(2, p + 128, 42, 1)];
+        assert_eq!(
+            cu.f::<FnBatch>(c"cuStreamBatchMemOp")(s, 1, relaxed.as_ptr(), 0),
+            INVALID_VALUE
+        );
         let ops = [
-            mk(2, p + 128, 42, 1),
+            mk(2, p + 128, 42, 0),
             mk(1, p + 128, 42, 1 | (1 << 30)),
             mk(5, p + 136, 0x1_0000_0002, 0),
         ];
