@@ -20,8 +20,7 @@ pub const CUDA_ERROR_NOT_SUPPORTED: CuResult = 801;
 /// `cuGetProcAddress` flag: resolve the default (non per-thread-stream) variants.
 pub const CU_GET_PROC_ADDRESS_DEFAULT: u64 = 0;
 
-type GetProcAddressV2 =
-    unsafe extern "C" fn(*const libc::c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CuResult;
+type GetProcAddressV2 = unsafe extern "C" fn(*const libc::c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CuResult;
 type GetProcAddressV1 = unsafe extern "C" fn(*const libc::c_char, *mut *mut c_void, c_int, u64) -> CuResult;
 type DriverGetVersion = unsafe extern "C" fn(*mut c_int) -> CuResult;
 

@@ -50,9 +50,7 @@ fn parse_opts() -> Opts {
             "--quick" => o.quick = true,
             "--no-cuda" => o.cuda = false,
             "--gdrapi" => o.gdrapi = Some(args.next().unwrap_or_else(|| usage())),
-            "--max-size" => {
-                o.max_size = args.next().and_then(|s| s.parse().ok()).unwrap_or_else(|| usage())
-            }
+            "--max-size" => o.max_size = args.next().and_then(|s| s.parse().ok()).unwrap_or_else(|| usage()),
             // `cargo bench` passes `--bench`; a filter-less run ignores it.
             "--bench" => {}
             "-h" | "--help" => usage(),
@@ -156,10 +154,8 @@ fn cuda_init() -> Result<Cuda, String> {
         let init: unsafe extern "C" fn(c_uint) -> CuResult = lib.sym("cuInit")?;
         let version: unsafe extern "C" fn(*mut c_int) -> CuResult = lib.sym("cuDriverGetVersion")?;
         let dev_get: unsafe extern "C" fn(*mut c_int, c_int) -> CuResult = lib.sym("cuDeviceGet")?;
-        let dev_name: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> CuResult =
-            lib.sym("cuDeviceGetName")?;
-        let retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> CuResult =
-            lib.sym("cuDevicePrimaryCtxRetain")?;
+        let dev_name: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> CuResult = lib.sym("cuDeviceGetName")?;
+        let retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> CuResult = lib.sym("cuDevicePrimaryCtxRetain")?;
         let set_current: unsafe extern "C" fn(*mut c_void) -> CuResult = lib.sym("cuCtxSetCurrent")?;
         let cuda = Cuda {
             mem_alloc: lib.sym("cuMemAlloc_v2")?,
@@ -287,7 +283,10 @@ impl Drop for Heap {
 enum Method {
     Memcpy,
     /// The dispatcher for WC plus the caller's store fence, with extra device/host offsets.
-    Dispatch { dev_off: usize, host_off: usize },
+    Dispatch {
+        dev_off: usize,
+        host_off: usize,
+    },
     Engine(Engine),
     Other(std::rc::Rc<OtherGdr>),
 }
@@ -443,10 +442,7 @@ fn table(title: &str, methods: &[Method], dir: Direction, dev: *mut u8, host: *m
 
 /// UTC date from the Unix clock (days-to-civil conversion; std has no calendar).
 fn utc_now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let (days, rem) = ((secs / 86400) as i64, secs % 86400);
     let z = days + 719_468;
     let era = z.div_euclid(146_097);

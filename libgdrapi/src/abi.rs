@@ -43,7 +43,8 @@ pub enum MappingType {
 }
 
 impl MappingType {
-    pub const ALL: [MappingType; 4] = [MappingType::None, MappingType::WriteCombined, MappingType::Caching, MappingType::Device];
+    pub const ALL: [MappingType; 4] =
+        [MappingType::None, MappingType::WriteCombined, MappingType::Caching, MappingType::Device];
 
     /// The numeric value shared with C and with the gdrdrv ABI (`gdr_mr_type_t`).
     pub fn from_raw(v: u32) -> Option<MappingType> {

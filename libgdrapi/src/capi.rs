@@ -20,10 +20,14 @@ pub type GdrT = *mut c_void;
 
 /// Runs `body`, mapping errors to their errno and panics to EIO (with a log line).
 fn boundary(name: &str, body: impl FnOnce() -> Result<()>) -> c_int {
-    guard(libc::EIO, |msg| gdr_err!("internal error in {name}: {msg}"), || match body() {
-        Ok(()) => 0,
-        Err(e) => e.0,
-    })
+    guard(
+        libc::EIO,
+        |msg| gdr_err!("internal error in {name}: {msg}"),
+        || match body() {
+            Ok(()) => 0,
+            Err(e) => e.0,
+        },
+    )
 }
 
 /// Checks a caller's out-pointer.
@@ -80,14 +84,14 @@ pub extern "C" fn gdr_pin_buffer(
     va_space: u32,
     handle: *mut GdrMh,
 ) -> c_int {
-    boundary("gdr_pin_buffer", || {
-        pin(g, PinRequest { addr, size: size as u64, flags: 0, p2p_token, va_space }, handle)
-    })
+    boundary("gdr_pin_buffer", || pin(g, PinRequest { addr, size: size as u64, flags: 0, p2p_token, va_space }, handle))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn gdr_pin_buffer_v2(g: GdrT, addr: c_ulong, size: usize, flags: u32, handle: *mut GdrMh) -> c_int {
-    boundary("gdr_pin_buffer_v2", || pin(g, PinRequest { addr, size: size as u64, flags, ..Default::default() }, handle))
+    boundary("gdr_pin_buffer_v2", || {
+        pin(g, PinRequest { addr, size: size as u64, flags, ..Default::default() }, handle)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -125,7 +129,11 @@ pub extern "C" fn gdr_get_info_v2(g: GdrT, handle: GdrMh, info: *mut GdrInfoV2) 
         info.page_size = f.page_size;
         info.tm_cycles = f.tm_cycles;
         info.cycles_per_ms = f.cycles_per_ms;
-        set_info_bits(&mut info.flag_bits, f.mapping_type != MappingType::None, f.mapping_type == MappingType::WriteCombined);
+        set_info_bits(
+            &mut info.flag_bits,
+            f.mapping_type != MappingType::None,
+            f.mapping_type == MappingType::WriteCombined,
+        );
         info.mapping_type = f.mapping_type as u32;
         Ok(())
     })
@@ -187,26 +195,40 @@ fn copy(name: &str, handle: GdrMh, dir: Direction, mapped: *const c_void, host: 
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn gdr_copy_to_mapping(handle: GdrMh, map_d_ptr: *mut c_void, h_ptr: *const c_void, size: usize) -> c_int {
+pub extern "C" fn gdr_copy_to_mapping(
+    handle: GdrMh,
+    map_d_ptr: *mut c_void,
+    h_ptr: *const c_void,
+    size: usize,
+) -> c_int {
     copy("gdr_copy_to_mapping", handle, Direction::ToMapping, map_d_ptr, h_ptr, size)
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn gdr_copy_from_mapping(handle: GdrMh, h_ptr: *mut c_void, map_d_ptr: *const c_void, size: usize) -> c_int {
+pub extern "C" fn gdr_copy_from_mapping(
+    handle: GdrMh,
+    h_ptr: *mut c_void,
+    map_d_ptr: *const c_void,
+    size: usize,
+) -> c_int {
     copy("gdr_copy_from_mapping", handle, Direction::FromMapping, map_d_ptr, h_ptr, size)
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut c_int) {
-    guard((), |msg| gdr_err!("internal error in gdr_runtime_get_version: {msg}"), || {
-        let (ma, mi) = core::runtime_version();
-        if let Ok(m) = out(major, "major") {
-            *m = ma;
-        }
-        if let Ok(m) = out(minor, "minor") {
-            *m = mi;
-        }
-    })
+    guard(
+        (),
+        |msg| gdr_err!("internal error in gdr_runtime_get_version: {msg}"),
+        || {
+            let (ma, mi) = core::runtime_version();
+            if let Ok(m) = out(major, "major") {
+                *m = ma;
+            }
+            if let Ok(m) = out(minor, "minor") {
+                *m = mi;
+            }
+        },
+    )
 }
 
 #[unsafe(no_mangle)]

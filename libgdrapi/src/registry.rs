@@ -18,7 +18,6 @@ use gpudirect_common::{Errno, Result};
 use crate::abi::MappingType;
 use crate::core::{Instance, Pin};
 
-
 /// The first 48 bytes of upstream's `struct gdr`.
 #[repr(C)]
 #[derive(Debug, Default)]
@@ -144,7 +143,8 @@ pub fn note_mapping_type(h: usize, t: MappingType) {
 /// of the instance's list, so a pin made by another thread meanwhile is never taken for dead.
 pub fn forget_unpinned(g: usize) {
     let mut handles = HANDLES.write().unwrap_or_else(|p| p.into_inner());
-    let dead: Vec<usize> = handles.iter().filter(|(_, e)| e.owner == g && e.pin.is_unpinned()).map(|(k, _)| *k).collect();
+    let dead: Vec<usize> =
+        handles.iter().filter(|(_, e)| e.owner == g && e.pin.is_unpinned()).map(|(k, _)| *k).collect();
     let mut q = QUARANTINE.lock().unwrap_or_else(|p| p.into_inner());
     for k in dead {
         if let Some(e) = handles.remove(&k) {

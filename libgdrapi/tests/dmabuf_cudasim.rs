@@ -69,7 +69,8 @@ impl Cuda {
         // SAFETY: each symbol is resolved by name at CUDA 12.0 and cast to its cuda.h signature.
         unsafe {
             let init: unsafe extern "C" fn(c_uint) -> c_int = as_fn(get(c"cuInit"));
-            let retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int = as_fn(get(c"cuDevicePrimaryCtxRetain"));
+            let retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int =
+                as_fn(get(c"cuDevicePrimaryCtxRetain"));
             let set: unsafe extern "C" fn(*mut c_void) -> c_int = as_fn(get(c"cuCtxSetCurrent"));
             assert_eq!(init(0), 0);
             let mut ctx = std::ptr::null_mut();
@@ -220,7 +221,11 @@ fn dma_buf_many_threads_one_instance() {
                     let mut va = std::ptr::null_mut();
                     assert_eq!(capi::gdr_map(g, mh, &mut va, BUF), 0, "map t{t} r{round}");
                     let data = pattern((t * 7 + round) as u8, 256);
-                    assert_eq!(capi::gdr_copy_to_mapping(mh, va, data.as_ptr().cast(), data.len()), 0, "copy t{t} r{round}");
+                    assert_eq!(
+                        capi::gdr_copy_to_mapping(mh, va, data.as_ptr().cast(), data.len()),
+                        0,
+                        "copy t{t} r{round}"
+                    );
                     let mut back = vec![0u8; data.len()];
                     assert_eq!(capi::gdr_copy_from_mapping(mh, back.as_mut_ptr().cast(), va, back.len()), 0);
                     assert_eq!(back, data, "t{t} r{round}");

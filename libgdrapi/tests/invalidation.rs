@@ -149,7 +149,9 @@ fn access_after_unpin_or_close_faults() {
         });
         match exit {
             Exit::Signal(s) => assert!(s == libc::SIGBUS || s == libc::SIGSEGV, "access after {how}: signal {s}"),
-            Exit::Code(c) => panic!("access after {how} did not fault (child exit {c}: 101 = failed check, else value+1)"),
+            Exit::Code(c) => {
+                panic!("access after {how} did not fault (child exit {c}: 101 = failed check, else value+1)")
+            }
         }
     }
 }

@@ -130,7 +130,10 @@ fn copies_match_the_gpu_view_at_many_sizes_and_offsets() {
     let g = open();
     let (h, va) = pin_map(g, mem.va, size);
     let mut rng = Rng::new(0x6764_7261_7069);
-    let sizes = [1usize, 2, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 1000, 4095, 4096, 4097, 65535, 65536, 65537, 200_001, size];
+    let sizes = [
+        1usize, 2, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 1000, 4095, 4096, 4097,
+        65535, 65536, 65537, 200_001, size,
+    ];
     let offsets = [0usize, 1, 2, 3, 4, 7, 8, 15, 16, 31, 32, 63, 64, 4095, 4096, 65535, 65536];
     let mut cases = Vec::new();
     for &n in &sizes {

@@ -178,7 +178,11 @@ fn concurrent_unpin_and_stale_handles() {
     for i in 0..handles.len() {
         let zeros = results.iter().filter(|r| r[i] == 0).count();
         assert_eq!(zeros, 1, "handle {i} unpinned {zeros} times");
-        assert!(results.iter().all(|r| r[i] == 0 || r[i] == libc::EINVAL), "handle {i}: {:?}", results.iter().map(|r| r[i]).collect::<Vec<_>>());
+        assert!(
+            results.iter().all(|r| r[i] == 0 || r[i] == libc::EINVAL),
+            "handle {i}: {:?}",
+            results.iter().map(|r| r[i]).collect::<Vec<_>>()
+        );
     }
     assert_eq!(capi::gdr_close(g as GdrT), 0);
 }

@@ -211,8 +211,10 @@ pub unsafe extern "C" fn gds_create_qp(
         Err(Errno::EIO),
         |m| gds_err!(F, "internal error (panic): {m}"),
         || -> Result<NonNull<GdsQp>> {
-            let allowed =
-                GDS_CREATE_QP_WQ_ON_GPU | GDS_CREATE_QP_TX_CQ_ON_GPU | GDS_CREATE_QP_RX_CQ_ON_GPU | GDS_CREATE_QP_WQ_DBREC_ON_GPU;
+            let allowed = GDS_CREATE_QP_WQ_ON_GPU
+                | GDS_CREATE_QP_TX_CQ_ON_GPU
+                | GDS_CREATE_QP_RX_CQ_ON_GPU
+                | GDS_CREATE_QP_WQ_DBREC_ON_GPU;
             if flags & !allowed != 0 {
                 return Err(einval(F, &format!("invalid flags {flags:#x}")));
             }
@@ -291,7 +293,12 @@ fn init_wait_request(r: &mut WaitRequest, offset: u32) {
 ///
 /// # Safety
 /// As `gds_prepare_send`.
-unsafe fn prepare_send(qp: *mut GdsQp, wr: *mut c_void, bad_wr: *mut *mut c_void, request: &mut SendRequest) -> Result<()> {
+unsafe fn prepare_send(
+    qp: *mut GdsQp,
+    wr: *mut c_void,
+    bad_wr: *mut *mut c_void,
+    request: &mut SendRequest,
+) -> Result<()> {
     init_send_request(request);
     // SAFETY: forwarded contract.
     let q = unsafe { live_qp("gds_prepare_send", qp) }?;
@@ -486,7 +493,11 @@ pub unsafe extern "C" fn gds_stream_post_wait_cq(stream: CuStream, request: *mut
 /// # Safety
 /// As `gds_stream_post_send_all`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_stream_post_wait_cq_all(stream: CuStream, count: c_int, request: *mut WaitRequest) -> c_int {
+pub unsafe extern "C" fn gds_stream_post_wait_cq_all(
+    stream: CuStream,
+    count: c_int,
+    request: *mut WaitRequest,
+) -> c_int {
     ffi!("gds_stream_post_wait_cq_all", {
         // SAFETY: forwarded contract.
         let d = unsafe { wait_descs("gds_stream_post_wait_cq_all", count, request) }?;
@@ -573,7 +584,12 @@ pub unsafe extern "C" fn gds_prepare_wait_value32(
 /// # Safety
 /// `desc` is NULL or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_prepare_write_value32(desc: *mut WriteValue32, ptr: *mut u32, value: u32, flags: c_int) -> c_int {
+pub unsafe extern "C" fn gds_prepare_write_value32(
+    desc: *mut WriteValue32,
+    ptr: *mut u32,
+    value: u32,
+    flags: c_int,
+) -> c_int {
     ffi!("gds_prepare_write_value32", {
         const F: &str = "gds_prepare_write_value32";
         // SAFETY: NULL or writable.
@@ -615,7 +631,12 @@ pub unsafe extern "C" fn gds_prepare_write_memory(
 /// # Safety
 /// `descs` is NULL or `n_descs` descriptors whose pointers are valid; `stream` live or predefined.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_stream_post_descriptors(stream: CuStream, n_descs: usize, descs: *mut Descriptor, flags: c_int) -> c_int {
+pub unsafe extern "C" fn gds_stream_post_descriptors(
+    stream: CuStream,
+    n_descs: usize,
+    descs: *mut Descriptor,
+    flags: c_int,
+) -> c_int {
     ffi!("gds_stream_post_descriptors", {
         if flags != 0 {
             gds_dbg!("gds_stream_post_descriptors", "flags {flags:#x} ignored (reserved, as upstream)");
@@ -674,7 +695,11 @@ unsafe fn info_per_request<R, I>(
 /// # Safety
 /// `requests` and `infos` are NULL or arrays of `count` elements.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_mlx5_get_send_info(count: c_int, requests: *const SendRequest, infos: *mut Mlx5SendInfo) -> c_int {
+pub unsafe extern "C" fn gds_mlx5_get_send_info(
+    count: c_int,
+    requests: *const SendRequest,
+    infos: *mut Mlx5SendInfo,
+) -> c_int {
     ffi!("gds_mlx5_get_send_info", {
         const F: &str = "gds_mlx5_get_send_info";
         // SAFETY: forwarded contract.
@@ -691,7 +716,11 @@ pub unsafe extern "C" fn gds_mlx5_get_send_info(count: c_int, requests: *const S
 /// # Safety
 /// As `gds_mlx5_get_send_info`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_mlx5_get_wait_info(count: c_int, requests: *const WaitRequest, infos: *mut Mlx5WaitInfo) -> c_int {
+pub unsafe extern "C" fn gds_mlx5_get_wait_info(
+    count: c_int,
+    requests: *const WaitRequest,
+    infos: *mut Mlx5WaitInfo,
+) -> c_int {
     ffi!("gds_mlx5_get_wait_info", {
         const F: &str = "gds_mlx5_get_wait_info";
         // SAFETY: forwarded contract.
@@ -708,7 +737,12 @@ pub unsafe extern "C" fn gds_mlx5_get_wait_info(count: c_int, requests: *const W
 /// # Safety
 /// `info` is NULL or writable.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_mlx5_get_dword_wait_info(ptr: *mut u32, value: u32, flags: c_int, info: *mut Mlx5DwordWaitInfo) -> c_int {
+pub unsafe extern "C" fn gds_mlx5_get_dword_wait_info(
+    ptr: *mut u32,
+    value: u32,
+    flags: c_int,
+    info: *mut Mlx5DwordWaitInfo,
+) -> c_int {
     ffi!("gds_mlx5_get_dword_wait_info", {
         const F: &str = "gds_mlx5_get_dword_wait_info";
         // SAFETY: NULL or writable.
@@ -808,7 +842,13 @@ pub unsafe extern "C" fn gds_free_mapped_memory(desc: *mut MemDesc) -> c_int {
 /// # Safety
 /// `stream` live or predefined.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_stream_post_poll_dword(stream: CuStream, ptr: *mut u32, magic: u32, cond_flag: u32, flags: c_int) -> c_int {
+pub unsafe extern "C" fn gds_stream_post_poll_dword(
+    stream: CuStream,
+    ptr: *mut u32,
+    magic: u32,
+    cond_flag: u32,
+    flags: c_int,
+) -> c_int {
     ffi!("gds_stream_post_poll_dword", {
         post(stream, &[Desc::WaitValue32 { ptr: ptr as usize, value: magic, cond: cond_flag, flags }])
     })
@@ -819,7 +859,12 @@ pub unsafe extern "C" fn gds_stream_post_poll_dword(stream: CuStream, ptr: *mut 
 /// # Safety
 /// `stream` live or predefined.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_stream_post_poke_dword(stream: CuStream, ptr: *mut u32, value: u32, flags: c_int) -> c_int {
+pub unsafe extern "C" fn gds_stream_post_poke_dword(
+    stream: CuStream,
+    ptr: *mut u32,
+    value: u32,
+    flags: c_int,
+) -> c_int {
     ffi!("gds_stream_post_poke_dword", { post(stream, &[Desc::WriteValue32 { ptr: ptr as usize, value, flags }]) })
 }
 
@@ -828,7 +873,13 @@ pub unsafe extern "C" fn gds_stream_post_poke_dword(stream: CuStream, ptr: *mut 
 /// # Safety
 /// `stream` live or predefined.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_stream_post_inline_copy(stream: CuStream, ptr: *mut c_void, src: *mut c_void, nbytes: usize, flags: c_int) -> c_int {
+pub unsafe extern "C" fn gds_stream_post_inline_copy(
+    stream: CuStream,
+    ptr: *mut c_void,
+    src: *mut c_void,
+    nbytes: usize,
+    flags: c_int,
+) -> c_int {
     ffi!("gds_stream_post_inline_copy", {
         post(stream, &[Desc::WriteMemory { dest: ptr as usize, src: src as usize, count: nbytes, flags }])
     })
@@ -895,7 +946,8 @@ pub unsafe extern "C" fn gds_stream_post_polls_and_pokes(
         // SAFETY: forwarded contract.
         let mut d = unsafe { poll_descs(F, n_polls, ptrs, magics, cond_flags, poll_flags) }?;
         // SAFETY: forwarded contract.
-        let (p, v, f) = unsafe { (arr(F, poke_ptrs, n_pokes)?, arr(F, poke_values, n_pokes)?, arr(F, poke_flags, n_pokes)?) };
+        let (p, v, f) =
+            unsafe { (arr(F, poke_ptrs, n_pokes)?, arr(F, poke_values, n_pokes)?, arr(F, poke_flags, n_pokes)?) };
         d.extend((0..n_pokes).map(|i| Desc::WriteValue32 { ptr: p[i] as usize, value: v[i], flags: f[i] }));
         post(stream, &d)
     })
@@ -927,9 +979,19 @@ pub unsafe extern "C" fn gds_stream_post_polls_and_immediate_copies(
         let mut d = unsafe { poll_descs(F, n_polls, ptrs, magics, cond_flags, poll_flags) }?;
         // SAFETY: forwarded contract.
         let (p, s, b, f) = unsafe {
-            (arr(F, imm_ptrs, n_imms)?, arr(F, imm_datas, n_imms)?, arr(F, imm_bytes, n_imms)?, arr(F, imm_flags, n_imms)?)
+            (
+                arr(F, imm_ptrs, n_imms)?,
+                arr(F, imm_datas, n_imms)?,
+                arr(F, imm_bytes, n_imms)?,
+                arr(F, imm_flags, n_imms)?,
+            )
         };
-        d.extend((0..n_imms).map(|i| Desc::WriteMemory { dest: p[i] as usize, src: s[i] as usize, count: b[i], flags: f[i] }));
+        d.extend((0..n_imms).map(|i| Desc::WriteMemory {
+            dest: p[i] as usize,
+            src: s[i] as usize,
+            count: b[i],
+            flags: f[i],
+        }));
         post(stream, &d)
     })
 }
@@ -956,25 +1018,49 @@ mod tests {
         let mut w = WaitValue32 { ptr: std::ptr::null_mut(), value: 0, cond_flags: 0, flags: 0 };
         // SAFETY: valid pointers or NULL where the test says so.
         unsafe {
-            assert_eq!(gds_prepare_wait_value32(&mut w, &mut word, 5, GDS_WAIT_COND_EQ, GDS_MEMORY_HOST | GDS_WAIT_POST_FLUSH_REMOTE), 0);
+            assert_eq!(
+                gds_prepare_wait_value32(
+                    &mut w,
+                    &mut word,
+                    5,
+                    GDS_WAIT_COND_EQ,
+                    GDS_MEMORY_HOST | GDS_WAIT_POST_FLUSH_REMOTE
+                ),
+                0
+            );
             assert_eq!((w.value, w.cond_flags, w.flags), (5, 1, GDS_MEMORY_HOST | GDS_WAIT_POST_FLUSH_REMOTE));
             assert_eq!(gds_prepare_wait_value32(&mut w, &mut word, 5, 4, GDS_MEMORY_HOST), libc::EINVAL);
-            assert_eq!(gds_prepare_wait_value32(&mut w, &mut word, 5, 0, GDS_WRITE_PRE_BARRIER_SYS | GDS_MEMORY_HOST), libc::EINVAL);
+            assert_eq!(
+                gds_prepare_wait_value32(&mut w, &mut word, 5, 0, GDS_WRITE_PRE_BARRIER_SYS | GDS_MEMORY_HOST),
+                libc::EINVAL
+            );
             assert_eq!(gds_prepare_wait_value32(std::ptr::null_mut(), &mut word, 5, 0, GDS_MEMORY_HOST), libc::EINVAL);
             let mut x = WriteValue32 { ptr: std::ptr::null_mut(), value: 0, flags: 0 };
             assert_eq!(gds_prepare_write_value32(&mut x, &mut word, 9, GDS_MEMORY_GPU | GDS_WRITE_PRE_BARRIER_SYS), 0);
             assert_eq!(x.value, 9);
-            assert_eq!(gds_prepare_write_value32(&mut x, &mut word, 9, GDS_MEMORY_GPU | GDS_WAIT_POST_FLUSH_REMOTE), libc::EINVAL);
+            assert_eq!(
+                gds_prepare_write_value32(&mut x, &mut word, 9, GDS_MEMORY_GPU | GDS_WAIT_POST_FLUSH_REMOTE),
+                libc::EINVAL
+            );
             assert_eq!(gds_prepare_write_value32(&mut x, std::ptr::null_mut(), 9, GDS_MEMORY_GPU), libc::EINVAL);
             let mut m = WriteMemory { dest: std::ptr::null_mut(), src: std::ptr::null(), count: 0, flags: 0 };
             let src = [1u8; 8];
             let mut dst = [0u8; 8];
             assert_eq!(
-                gds_prepare_write_memory(&mut m, dst.as_mut_ptr(), src.as_ptr(), 8, GDS_MEMORY_HOST | GDS_WRITE_MEMORY_PRE_BARRIER_SYS),
+                gds_prepare_write_memory(
+                    &mut m,
+                    dst.as_mut_ptr(),
+                    src.as_ptr(),
+                    8,
+                    GDS_MEMORY_HOST | GDS_WRITE_MEMORY_PRE_BARRIER_SYS
+                ),
                 0
             );
             assert_eq!(m.count, 8);
-            assert_eq!(gds_prepare_write_memory(&mut m, dst.as_mut_ptr(), src.as_ptr(), 8, GDS_MEMORY_HOST | 0x80), libc::EINVAL);
+            assert_eq!(
+                gds_prepare_write_memory(&mut m, dst.as_mut_ptr(), src.as_ptr(), 8, GDS_MEMORY_HOST | 0x80),
+                libc::EINVAL
+            );
         }
     }
 
@@ -1010,12 +1096,19 @@ mod tests {
                 res_domain: std::ptr::null_mut(),
                 dev_context: std::ptr::null_mut(),
             };
-            assert_eq!(gds_post_recv(&mut fake, std::ptr::null_mut(), std::ptr::null_mut()), libc::EINVAL, "unknown QP");
+            assert_eq!(
+                gds_post_recv(&mut fake, std::ptr::null_mut(), std::ptr::null_mut()),
+                libc::EINVAL,
+                "unknown QP"
+            );
             assert_eq!(gds_destroy_qp(&mut fake), libc::EINVAL, "unknown QP");
             assert_eq!(gds_post_recv(std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()), libc::EINVAL);
             // SAFETY: all-zero is a valid request.
             let mut s: Box<SendRequest> = Box::new(std::mem::zeroed());
-            assert_eq!(gds_prepare_send(std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), &mut *s), libc::EINVAL);
+            assert_eq!(
+                gds_prepare_send(std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), &mut *s),
+                libc::EINVAL
+            );
             assert_eq!(s.commit.entries, 32, "request initialised before the QP check, as upstream");
         }
     }
@@ -1051,7 +1144,13 @@ mod tests {
             req.commit.entries = 1;
             req.wr[0].type_ = IBV_EXP_PEER_OP_STORE_DWORD;
             req.wr[0].wr.dword_va = DwordVa { data: 0x42, target_id: dbr, offset: 4 };
-            let mut info = Mlx5SendInfo { bits: 9, dbrec_ptr: std::ptr::null_mut(), dbrec_value: 0, db_ptr: std::ptr::null_mut(), db_value: 7 };
+            let mut info = Mlx5SendInfo {
+                bits: 9,
+                dbrec_ptr: std::ptr::null_mut(),
+                dbrec_value: 0,
+                db_ptr: std::ptr::null_mut(),
+                db_value: 7,
+            };
             assert_eq!(gds_mlx5_get_send_info(1, &*req, &mut info), 0);
             assert_eq!((info.bits, info.dbrec_ptr as u64, info.dbrec_value, info.db_value), (0, 0xa004, 0x42, 0));
             req.wr[0].type_ = IBV_EXP_PEER_OP_POLL_GEQ_DWORD;

@@ -175,7 +175,9 @@ pub unsafe fn execute(descs: &[Desc], ranges: &Ranges) -> Result<()> {
                 Ok(())
             })(),
             &Desc::WriteMemory { dest, src, count, flags } => (|| {
-                if flags & !(GDS_WRITE_MEMORY_POST_BARRIER_SYS | GDS_WRITE_MEMORY_PRE_BARRIER_SYS | GDS_MEMORY_MASK) != 0 {
+                if flags & !(GDS_WRITE_MEMORY_POST_BARRIER_SYS | GDS_WRITE_MEMORY_PRE_BARRIER_SYS | GDS_MEMORY_MASK)
+                    != 0
+                {
                     gds_err!(F, "invalid write-memory flags {flags:#x}");
                     return Err(Errno::EINVAL);
                 }
@@ -193,7 +195,9 @@ pub unsafe fn execute(descs: &[Desc], ranges: &Ranges) -> Result<()> {
                     // I/O memory: byte-wise volatile stores, never a vectorised memcpy.
                     for k in 0..count {
                         // SAFETY: caller's contract: src readable and dest writable for count bytes.
-                        unsafe { std::ptr::write_volatile((dest + k) as *mut u8, std::ptr::read((src + k) as *const u8)) };
+                        unsafe {
+                            std::ptr::write_volatile((dest + k) as *mut u8, std::ptr::read((src + k) as *const u8))
+                        };
                     }
                 } else {
                     // SAFETY: caller's contract: src readable and dest writable for `count` bytes;
@@ -245,7 +249,11 @@ mod tests {
         });
         let d = [
             Desc::WaitValue32 { ptr: word.as_ptr() as usize, value: 3, cond: GDS_WAIT_COND_EQ, flags: GDS_MEMORY_HOST },
-            Desc::WriteValue32 { ptr: &*out as *const u32 as usize, value: 9, flags: GDS_MEMORY_HOST | GDS_WRITE_PRE_BARRIER_SYS },
+            Desc::WriteValue32 {
+                ptr: &*out as *const u32 as usize,
+                value: 9,
+                flags: GDS_MEMORY_HOST | GDS_WRITE_PRE_BARRIER_SYS,
+            },
         ];
         // SAFETY: both pointers are live for the call.
         unsafe { execute(&d, &Ranges::default()) }.unwrap();
@@ -290,7 +298,9 @@ mod tests {
         let id = r.register(Range { cpu: mem.as_mut_ptr() as usize, dev: 0, len: 64 });
         let ops = vec![
             PeerOp::StoreDword { data: 0xaabbccdd, target: id, offset: 4 },
-            PeerOp::Fence { flags: IBV_EXP_PEER_FENCE_OP_WRITE | IBV_EXP_PEER_FENCE_FROM_HCA | IBV_EXP_PEER_FENCE_MEM_SYS },
+            PeerOp::Fence {
+                flags: IBV_EXP_PEER_FENCE_OP_WRITE | IBV_EXP_PEER_FENCE_FROM_HCA | IBV_EXP_PEER_FENCE_MEM_SYS,
+            },
             PeerOp::StoreQword { data: 0x1122334455667788, target: id, offset: 8 },
             PeerOp::CopyBlock { data: vec![0xee; 16], target: id, offset: 16 },
             PeerOp::Poll { op: IBV_EXP_PEER_OP_POLL_GEQ_DWORD, data: 0xaabbccdd, target: id, offset: 4 },
@@ -300,7 +310,9 @@ mod tests {
         assert_eq!(mem[0] >> 32, 0xaabbccdd);
         assert_eq!(mem[1], 0x1122334455667788);
         assert_eq!(mem[2], 0xeeeeeeeeeeeeeeee);
-        let bad = vec![PeerOp::Fence { flags: IBV_EXP_PEER_FENCE_OP_WRITE | IBV_EXP_PEER_FENCE_FROM_CPU | IBV_EXP_PEER_FENCE_MEM_SYS }];
+        let bad = vec![PeerOp::Fence {
+            flags: IBV_EXP_PEER_FENCE_OP_WRITE | IBV_EXP_PEER_FENCE_FROM_CPU | IBV_EXP_PEER_FENCE_MEM_SYS,
+        }];
         // SAFETY: rejected before any access.
         assert_eq!(unsafe { execute(&[Desc::Wait(bad)], &r) }, Err(Errno::EINVAL));
         let bad = vec![PeerOp::StoreQword { data: 0, target: id, offset: 60 }];

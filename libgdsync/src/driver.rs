@@ -230,7 +230,9 @@ impl Cuda for RealCuda {
     fn pointer_set_sync_memops(&self, dptr: u64) -> CuRes<()> {
         let one: c_uint = 1;
         // SAFETY: the attribute value is read from `one` during the call only.
-        check(unsafe { (self.pointer_set_attribute)((&one as *const c_uint).cast(), CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, dptr) })
+        check(unsafe {
+            (self.pointer_set_attribute)((&one as *const c_uint).cast(), CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, dptr)
+        })
     }
     fn error_string(&self, r: CuResult) -> String {
         let Some(f) = self.get_error_string else { return format!("CUDA error {r}") };

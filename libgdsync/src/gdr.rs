@@ -56,7 +56,8 @@ fn rc(r: c_int) -> Result<(), Errno> {
 impl Gdr {
     fn open() -> Result<Gdr, String> {
         let lib = Library::open("libgdrapi.so.2")?;
-        let sym = |n: &std::ffi::CStr| lib.symbol(n).ok_or_else(|| format!("libgdrapi.so.2 lacks {}", n.to_string_lossy()));
+        let sym =
+            |n: &std::ffi::CStr| lib.symbol(n).ok_or_else(|| format!("libgdrapi.so.2 lacks {}", n.to_string_lossy()));
         // All as_fn below: gdrcopy 2.x exports these symbols with exactly these prototypes
         // (gdrapi.h 2.x; gdr_mh_t is a one-`unsigned long` struct passed by value).
         // SAFETY: see above.

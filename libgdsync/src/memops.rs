@@ -23,13 +23,32 @@ pub const MAX_INLINE_COPY: usize = 256;
 /// One peer operation, copied out of a `struct peer_op_wr`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PeerOp {
-    Fence { flags: u64 },
-    StoreDword { data: u32, target: u64, offset: usize },
-    StoreQword { data: u64, target: u64, offset: usize },
+    Fence {
+        flags: u64,
+    },
+    StoreDword {
+        data: u32,
+        target: u64,
+        offset: usize,
+    },
+    StoreQword {
+        data: u64,
+        target: u64,
+        offset: usize,
+    },
     /// The payload is copied at submission time, as upstream consumes `src` then.
-    CopyBlock { data: Vec<u8>, target: u64, offset: usize },
+    CopyBlock {
+        data: Vec<u8>,
+        target: u64,
+        offset: usize,
+    },
     /// `op` is one of the `IBV_EXP_PEER_OP_POLL_*_DWORD` values.
-    Poll { op: u32, data: u32, target: u64, offset: usize },
+    Poll {
+        op: u32,
+        data: u32,
+        target: u64,
+        offset: usize,
+    },
     /// RESERVED1 or anything unknown.
     Other(u32),
 }
@@ -48,9 +67,21 @@ pub enum Desc {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemOp {
     /// `flags` = CUDA wait condition, possibly `| CU_STREAM_WAIT_VALUE_FLUSH`.
-    Wait32 { addr: u64, value: u32, flags: u32 },
-    Write32 { addr: u64, value: u32, flags: u32 },
-    Write64 { addr: u64, value: u64, flags: u32 },
+    Wait32 {
+        addr: u64,
+        value: u32,
+        flags: u32,
+    },
+    Write32 {
+        addr: u64,
+        value: u32,
+        flags: u32,
+    },
+    Write64 {
+        addr: u64,
+        value: u64,
+        flags: u32,
+    },
 }
 
 impl MemOp {
@@ -67,9 +98,15 @@ impl MemOp {
 impl std::fmt::Display for MemOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match *self {
-            MemOp::Wait32 { addr, value, flags } => write!(f, "WAIT_VALUE_32 addr={addr:#x} value={value:#x} flags={flags:#x}"),
-            MemOp::Write32 { addr, value, flags } => write!(f, "WRITE_VALUE_32 addr={addr:#x} value={value:#x} flags={flags:#x}"),
-            MemOp::Write64 { addr, value, flags } => write!(f, "WRITE_VALUE_64 addr={addr:#x} value={value:#x} flags={flags:#x}"),
+            MemOp::Wait32 { addr, value, flags } => {
+                write!(f, "WAIT_VALUE_32 addr={addr:#x} value={value:#x} flags={flags:#x}")
+            }
+            MemOp::Write32 { addr, value, flags } => {
+                write!(f, "WRITE_VALUE_32 addr={addr:#x} value={value:#x} flags={flags:#x}")
+            }
+            MemOp::Write64 { addr, value, flags } => {
+                write!(f, "WRITE_VALUE_64 addr={addr:#x} value={value:#x} flags={flags:#x}")
+            }
         }
     }
 }
@@ -364,7 +401,14 @@ mod tests {
 
     fn caps() -> Caps {
         // v1-driver behaviour: writes without barrier are expressible.
-        Caps { device: 0, has_memops: true, has_remote_flush: true, has_write64: true, write_no_barrier: true, ..Default::default() }
+        Caps {
+            device: 0,
+            has_memops: true,
+            has_remote_flush: true,
+            has_write64: true,
+            write_no_barrier: true,
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -377,13 +421,19 @@ mod tests {
         assert_eq!(got.len(), 3);
         for o in got {
             match o {
-                MemOp::Write32 { flags, .. } | MemOp::Write64 { flags, .. } => assert_eq!(flags, CU_STREAM_WRITE_VALUE_DEFAULT, "{o}"),
+                MemOp::Write32 { flags, .. } | MemOp::Write64 { flags, .. } => {
+                    assert_eq!(flags, CU_STREAM_WRITE_VALUE_DEFAULT, "{o}")
+                }
                 MemOp::Wait32 { .. } => unreachable!(),
             }
         }
     }
     fn identity(p: usize, _s: usize, t: i32) -> Result<u64> {
-        if t == GDS_MEMORY_GPU || t == GDS_MEMORY_HOST || t == GDS_MEMORY_IO { Ok(p as u64) } else { Err(Errno::EINVAL) }
+        if t == GDS_MEMORY_GPU || t == GDS_MEMORY_HOST || t == GDS_MEMORY_IO {
+            Ok(p as u64)
+        } else {
+            Err(Errno::EINVAL)
+        }
     }
 
     #[test]
@@ -391,7 +441,12 @@ mod tests {
         let r = Ranges::default();
         let descs = [
             Desc::WaitValue32 { ptr: 0x1000, value: 5, cond: GDS_WAIT_COND_GEQ, flags: GDS_MEMORY_HOST },
-            Desc::WaitValue32 { ptr: 0x1004, value: 6, cond: GDS_WAIT_COND_EQ, flags: GDS_MEMORY_GPU | GDS_WAIT_POST_FLUSH_REMOTE },
+            Desc::WaitValue32 {
+                ptr: 0x1004,
+                value: 6,
+                cond: GDS_WAIT_COND_EQ,
+                flags: GDS_MEMORY_GPU | GDS_WAIT_POST_FLUSH_REMOTE,
+            },
             Desc::WaitValue32 { ptr: 0x1008, value: 1, cond: GDS_WAIT_COND_AND, flags: GDS_MEMORY_IO },
             Desc::WriteValue32 { ptr: 0x2000, value: 7, flags: GDS_MEMORY_HOST },
             Desc::WriteValue32 { ptr: 0x2004, value: 8, flags: GDS_MEMORY_HOST | GDS_WRITE_PRE_BARRIER_SYS },
@@ -413,12 +468,23 @@ mod tests {
     fn flush_is_dropped_without_the_capability_and_nor_needs_it() {
         let r = Ranges::default();
         let c = Caps { has_remote_flush: false, ..caps() };
-        let d = [Desc::WaitValue32 { ptr: 0x10, value: 1, cond: GDS_WAIT_COND_GEQ, flags: GDS_MEMORY_HOST | GDS_WAIT_POST_FLUSH_REMOTE }];
-        assert_eq!(translate(&c, &r, &d, &mut identity).unwrap(), vec![MemOp::Wait32 { addr: 0x10, value: 1, flags: 0 }]);
+        let d = [Desc::WaitValue32 {
+            ptr: 0x10,
+            value: 1,
+            cond: GDS_WAIT_COND_GEQ,
+            flags: GDS_MEMORY_HOST | GDS_WAIT_POST_FLUSH_REMOTE,
+        }];
+        assert_eq!(
+            translate(&c, &r, &d, &mut identity).unwrap(),
+            vec![MemOp::Wait32 { addr: 0x10, value: 1, flags: 0 }]
+        );
         let nor = [Desc::WaitValue32 { ptr: 0x10, value: 1, cond: GDS_WAIT_COND_NOR, flags: GDS_MEMORY_HOST }];
         assert_eq!(translate(&caps(), &r, &nor, &mut identity), Err(Errno::EINVAL));
         let c = Caps { has_wait_nor: true, ..caps() };
-        assert_eq!(translate(&c, &r, &nor, &mut identity).unwrap(), vec![MemOp::Wait32 { addr: 0x10, value: 1, flags: 3 }]);
+        assert_eq!(
+            translate(&c, &r, &nor, &mut identity).unwrap(),
+            vec![MemOp::Wait32 { addr: 0x10, value: 1, flags: 3 }]
+        );
     }
 
     #[test]
@@ -445,7 +511,9 @@ mod tests {
         let bf = r.register(Range { cpu: 0x6000, dev: 0xb000, len: 4096 });
         let ops = vec![
             PeerOp::StoreDword { data: 0x0100_0000, target: dbr, offset: 4 },
-            PeerOp::Fence { flags: IBV_EXP_PEER_FENCE_OP_WRITE | IBV_EXP_PEER_FENCE_FROM_HCA | IBV_EXP_PEER_FENCE_MEM_SYS },
+            PeerOp::Fence {
+                flags: IBV_EXP_PEER_FENCE_OP_WRITE | IBV_EXP_PEER_FENCE_FROM_HCA | IBV_EXP_PEER_FENCE_MEM_SYS,
+            },
             PeerOp::StoreQword { data: 0x1122_3344_5566_7788, target: bf, offset: 0 },
         ];
         (ops, dbr, bf)
@@ -478,7 +546,10 @@ mod tests {
     fn wait_ops(r: &Ranges, op: u32) -> Vec<PeerOp> {
         let cq = r.register(Range { cpu: 0x8000, dev: 0xc000, len: 4096 });
         let flag = r.register(Range { cpu: 0x9000, dev: 0xf000, len: 64 });
-        vec![PeerOp::Poll { op, data: 0x0100_0000, target: cq, offset: 60 }, PeerOp::StoreDword { data: 0, target: flag, offset: 8 }]
+        vec![
+            PeerOp::Poll { op, data: 0x0100_0000, target: cq, offset: 60 },
+            PeerOp::StoreDword { data: 0, target: flag, offset: 8 },
+        ]
     }
 
     #[test]
@@ -524,7 +595,11 @@ mod tests {
             vec![PeerOp::StoreQword { data: 0, target: id, offset: 4 }],
         ];
         for ops in cases {
-            assert_eq!(translate(&caps(), &r, &[Desc::Send(ops.clone())], &mut identity), Err(Errno::EINVAL), "{ops:?}");
+            assert_eq!(
+                translate(&caps(), &r, &[Desc::Send(ops.clone())], &mut identity),
+                Err(Errno::EINVAL),
+                "{ops:?}"
+            );
         }
         let no_memops = Caps { has_memops: false, ..caps() };
         let ok = vec![PeerOp::StoreDword { data: 0, target: id, offset: 0 }];
@@ -534,14 +609,18 @@ mod tests {
     #[test]
     fn batches_split_at_the_driver_limit_in_order() {
         let cuda = FakeCuda::new();
-        let ops: Vec<MemOp> = (0..600u32).map(|i| MemOp::Write32 { addr: 0x1000 + 4 * u64::from(i), value: i, flags: 0 }).collect();
+        let ops: Vec<MemOp> =
+            (0..600u32).map(|i| MemOp::Write32 { addr: 0x1000 + 4 * u64::from(i), value: i, flags: 0 }).collect();
         submit(&cuda, 0x77, &ops, false, false).unwrap();
         let b = cuda.batches();
         assert_eq!(b.iter().map(|x| x.1.len()).collect::<Vec<_>>(), vec![255, 255, 90]);
         let values: Vec<u64> = b.iter().flat_map(|x| x.1.iter().map(|p| p.value64)).collect();
         assert_eq!(values, (0..600u64).collect::<Vec<_>>());
         assert!(b.iter().all(|x| x.0 == 0x77 && x.2 == 0));
-        assert_eq!(b[0].1[0], BatchMemOpParams { operation: 2, address: 0x1000, value64: 0, flags: 0, ..Default::default() });
+        assert_eq!(
+            b[0].1[0],
+            BatchMemOpParams { operation: 2, address: 0x1000, value64: 0, flags: 0, ..Default::default() }
+        );
     }
 
     #[test]

@@ -71,7 +71,8 @@ pub fn wait_info(ops: &[PeerOp], ranges: &Ranges) -> Result<Mlx5WaitInfo> {
     let mut info = empty_wait();
     for (i, op) in ops.iter().enumerate() {
         match op {
-            PeerOp::Fence { flags } if flags & IBV_EXP_PEER_FENCE_OP_WRITE == 0 && flags & IBV_EXP_PEER_FENCE_FROM_HCA != 0 => {}
+            PeerOp::Fence { flags }
+                if flags & IBV_EXP_PEER_FENCE_OP_WRITE == 0 && flags & IBV_EXP_PEER_FENCE_FROM_HCA != 0 => {}
             PeerOp::StoreDword { data, target, offset } if i == 1 => {
                 info.flag_ptr = ranges.get(*target)?.dev_addr(*offset, 4)? as *mut u32;
                 info.flag_value = *data;
@@ -106,7 +107,9 @@ mod tests {
         let bf = r.register(Range { cpu: 0x6000, dev: 0xb000, len: 4096 });
         let mut ops = vec![
             PeerOp::StoreDword { data: 0x0300_0000, target: dbr, offset: 4 },
-            PeerOp::Fence { flags: IBV_EXP_PEER_FENCE_OP_WRITE | IBV_EXP_PEER_FENCE_FROM_HCA | IBV_EXP_PEER_FENCE_MEM_SYS },
+            PeerOp::Fence {
+                flags: IBV_EXP_PEER_FENCE_OP_WRITE | IBV_EXP_PEER_FENCE_FROM_HCA | IBV_EXP_PEER_FENCE_MEM_SYS,
+            },
             PeerOp::StoreQword { data: 0xabcd, target: bf, offset: 256 },
         ];
         let i = send_info(&ops, &r).unwrap();
@@ -136,7 +139,9 @@ mod tests {
         assert_eq!((i.flag_ptr as u64, i.flag_value), (0xf010, 0));
         let bad = [PeerOp::StoreQword { data: 0, target: fl, offset: 0 }];
         assert_eq!(wait_info(&bad, &r), Err(Errno::EINVAL));
-        let bad = [PeerOp::Fence { flags: IBV_EXP_PEER_FENCE_OP_WRITE | IBV_EXP_PEER_FENCE_FROM_HCA | IBV_EXP_PEER_FENCE_MEM_SYS }];
+        let bad = [PeerOp::Fence {
+            flags: IBV_EXP_PEER_FENCE_OP_WRITE | IBV_EXP_PEER_FENCE_FROM_HCA | IBV_EXP_PEER_FENCE_MEM_SYS,
+        }];
         assert_eq!(wait_info(&bad, &r), Err(Errno::EINVAL));
     }
 }

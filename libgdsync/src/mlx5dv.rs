@@ -92,12 +92,37 @@ fn be32(v: u32) -> [u8; 4] {
 }
 
 impl Sq {
-    pub fn new(buf: usize, wqe_cnt: u32, dbrec: usize, bf_reg: usize, bf_size: u32, qpn: u32, max_inline: u32) -> Result<Sq> {
+    pub fn new(
+        buf: usize,
+        wqe_cnt: u32,
+        dbrec: usize,
+        bf_reg: usize,
+        bf_size: u32,
+        qpn: u32,
+        max_inline: u32,
+    ) -> Result<Sq> {
         if buf == 0 || dbrec == 0 || bf_reg == 0 || !wqe_cnt.is_power_of_two() {
-            gds_err!("gds_mlx5", "invalid mlx5dv send queue (buf {buf:#x}, {wqe_cnt} WQEBBs, dbrec {dbrec:#x}, bf {bf_reg:#x})");
+            gds_err!(
+                "gds_mlx5",
+                "invalid mlx5dv send queue (buf {buf:#x}, {wqe_cnt} WQEBBs, dbrec {dbrec:#x}, bf {bf_reg:#x})"
+            );
             return Err(Errno::EINVAL);
         }
-        Ok(Sq { buf, wqe_cnt, dbrec, bf_reg, bf_size, qpn, max_inline, cur_post: 0, tail: 0, committed: 0, last: None, bf_offset: 0, inflight: Default::default() })
+        Ok(Sq {
+            buf,
+            wqe_cnt,
+            dbrec,
+            bf_reg,
+            bf_size,
+            qpn,
+            max_inline,
+            cur_post: 0,
+            tail: 0,
+            committed: 0,
+            last: None,
+            bf_offset: 0,
+            inflight: Default::default(),
+        })
     }
 
     fn ring_bytes(&self) -> usize {
@@ -201,7 +226,13 @@ impl Sq {
 
     /// The three ops ringing everything posted since the previous commit (spec §7.1), or none.
     /// `dbr`/`bf` are the range ids of the doorbell record and the BlueFlame register.
-    pub fn commit(&mut self, m: &dyn Mem, dbr: u64, bf: u64, dbrec_on_gpu: bool) -> Option<(Vec<crate::memops::PeerOp>, u64)> {
+    pub fn commit(
+        &mut self,
+        m: &dyn Mem,
+        dbr: u64,
+        bf: u64,
+        dbrec_on_gpu: bool,
+    ) -> Option<(Vec<crate::memops::PeerOp>, u64)> {
         use crate::memops::PeerOp;
         if self.cur_post == self.committed {
             return None;
@@ -498,7 +529,13 @@ mod tests {
         let m = fake(0x1000);
         let mut q = sq();
         let sges = [(0x9000u64, 8u32, 5u32)];
-        let w = Wqe { opcode: MLX5_OPCODE_ATOMIC_CS, raddr: Some((0x7000, 3)), atomic: Some((0xaa, 0xbb)), sges: &sges, ..Default::default() };
+        let w = Wqe {
+            opcode: MLX5_OPCODE_ATOMIC_CS,
+            raddr: Some((0x7000, 3)),
+            atomic: Some((0xaa, 0xbb)),
+            sges: &sges,
+            ..Default::default()
+        };
         q.post(&m, &w).unwrap();
         let b = bytes(&m, SQ, 64);
         assert_eq!(b[7], 4);
@@ -565,7 +602,11 @@ mod tests {
                 assert!(fires(&m, &cq, n), "CQE {n} written but the wait does not fire");
                 let c = cq.poll(&m).unwrap();
                 assert_eq!((c.opcode, c.wqe_counter, c.byte_cnt, c.qpn), (0, n as u16, 77, 0x1234));
-                assert_eq!(bytes(&m, CQ_DBR, 4), (n + 1).to_be_bytes().to_vec(), "consumer index in the doorbell record");
+                assert_eq!(
+                    bytes(&m, CQ_DBR, 4),
+                    (n + 1).to_be_bytes().to_vec(),
+                    "consumer index in the doorbell record"
+                );
                 if !nor {
                     assert_eq!(bytes(&m, cq.buf + cq.cqe64(n) + 63, 1), vec![0xf0], "GEQ mode rewrites consumed CQEs");
                 }

@@ -316,7 +316,12 @@ fn register(ptr: usize, len: usize, ty: i32) -> Result<u64> {
 ///
 /// # Safety
 /// As `proxy::translate_wr`.
-unsafe fn to_wqe<'a>(e: &ExpSendWr, sig_all: bool, sges: &'a mut Vec<(u64, u32, u32)>, buf: &'a mut Vec<u8>) -> std::result::Result<Wqe<'a>, String> {
+unsafe fn to_wqe<'a>(
+    e: &ExpSendWr,
+    sig_all: bool,
+    sges: &'a mut Vec<(u64, u32, u32)>,
+    buf: &'a mut Vec<u8>,
+) -> std::result::Result<Wqe<'a>, String> {
     if e.comp_mask != 0 || e.exp_send_flags & !0xf != 0 {
         return Err("unsupported comp_mask or send flags".into());
     }
@@ -333,14 +338,20 @@ unsafe fn to_wqe<'a>(e: &ExpSendWr, sig_all: bool, sges: &'a mut Vec<(u64, u32, 
     if e.num_sge < 0 || (e.num_sge > 0 && e.sg_list.is_null()) || e.num_sge > 16 {
         return Err(format!("bad scatter/gather list ({} entries)", e.num_sge));
     }
-    // SAFETY: num_sge entries at sg_list (caller's contract).
-    let list: &[Sge] = if e.num_sge == 0 { &[] } else { unsafe { std::slice::from_raw_parts(e.sg_list, e.num_sge as usize) } };
+    let list: &[Sge] = if e.num_sge == 0 {
+        &[]
+    } else {
+        // SAFETY: num_sge entries at sg_list (caller's contract).
+        unsafe { std::slice::from_raw_parts(e.sg_list, e.num_sge as usize) }
+    };
     sges.extend(list.iter().map(|s| (s.addr, s.length, s.lkey)));
     let inline = e.exp_send_flags & 8 != 0;
     if inline {
         for s in list {
             // SAFETY: an inline SGE names readable bytes (verbs contract).
-            buf.extend_from_slice(unsafe { std::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize) });
+            buf.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize)
+            });
         }
     }
     let rdma = matches!(e.exp_opcode, 0 | 1 | 4 | 5 | 6);
@@ -479,7 +490,15 @@ pub unsafe fn create(pd: *mut c_void, ctx: *mut c_void, attr: *mut c_void, flags
             return Err(e);
         }
     };
-    let mut ia = QpInitAttr { qp_context: a.qp_context, send_cq: scq, recv_cq: rcq, srq: a.srq, cap: a.cap, qp_type: a.qp_type, sq_sig_all: a.sq_sig_all };
+    let mut ia = QpInitAttr {
+        qp_context: a.qp_context,
+        send_cq: scq,
+        recv_cq: rcq,
+        srq: a.srq,
+        cap: a.cap,
+        qp_type: a.qp_type,
+        sq_sig_all: a.sq_sig_all,
+    };
     // SAFETY: live pd and CQs.
     let qp = match unsafe { v.create_qp(pd, &mut ia) } {
         Ok(q) => q,
@@ -540,21 +559,32 @@ unsafe fn finish(
     let sq = Sq::new(dq.sq_buf, dq.sq_wqe_cnt, dq.dbrec, dq.bf_reg, dq.bf_size, qpn, max_inline)?;
     let dbr_id = register(dq.dbrec, 8, GDS_MEMORY_HOST)?;
     let bf_id = register(dq.bf_reg, (2 * dq.bf_size as usize).max(8), GDS_MEMORY_IO)?;
-    let make = |dc: &DvCq, raw: *mut c_void, area: &Area, off: usize, sqs: Option<Arc<Mutex<SqState>>>| -> Result<M5Cq> {
-        let cq = Cq::new(dc.buf, dc.cqe_cnt, dc.cqe_size, dc.dbrec, false)?;
-        let ring_id = register(dc.buf, (dc.cqe_cnt * dc.cqe_size) as usize, GDS_MEMORY_HOST)?;
-        let busy_id = ranges().register(Range { cpu: area.cpu + off, dev: area.dev + off as u64, len: 4 * dc.cqe_cnt as usize });
-        Ok(M5Cq {
-            cq: raw as usize,
-            orig_poll: orig,
-            ring_id,
-            busy: area.cpu + off,
-            busy_id,
-            npeek: dc.cqe_cnt,
-            sq: sqs,
-            inner: Mutex::new(CqInner { cq, peeks: HashMap::new(), stale: Vec::new(), free: (0..dc.cqe_cnt).rev().collect(), dead: false }),
-        })
-    };
+    let make =
+        |dc: &DvCq, raw: *mut c_void, area: &Area, off: usize, sqs: Option<Arc<Mutex<SqState>>>| -> Result<M5Cq> {
+            let cq = Cq::new(dc.buf, dc.cqe_cnt, dc.cqe_size, dc.dbrec, false)?;
+            let ring_id = register(dc.buf, (dc.cqe_cnt * dc.cqe_size) as usize, GDS_MEMORY_HOST)?;
+            let busy_id = ranges().register(Range {
+                cpu: area.cpu + off,
+                dev: area.dev + off as u64,
+                len: 4 * dc.cqe_cnt as usize,
+            });
+            Ok(M5Cq {
+                cq: raw as usize,
+                orig_poll: orig,
+                ring_id,
+                busy: area.cpu + off,
+                busy_id,
+                npeek: dc.cqe_cnt,
+                sq: sqs,
+                inner: Mutex::new(CqInner {
+                    cq,
+                    peeks: HashMap::new(),
+                    stale: Vec::new(),
+                    free: (0..dc.cqe_cnt).rev().collect(),
+                    dead: false,
+                }),
+            })
+        };
     let undo = |ids: &[u64]| {
         for &i in ids {
             let _ = ranges().unregister(i);
@@ -663,7 +693,12 @@ pub unsafe fn post_recv(qp: NonNull<GdsQp>, wr: *mut c_void, bad: *mut *mut c_vo
 
 /// # Safety
 /// `wr` is NULL or a valid `gds_send_wr` list; `bad` NULL or writable.
-pub unsafe fn prepare_send(qp: NonNull<GdsQp>, wr: *mut c_void, bad: *mut *mut c_void, request: &mut SendRequest) -> Result<()> {
+pub unsafe fn prepare_send(
+    qp: NonNull<GdsQp>,
+    wr: *mut c_void,
+    bad: *mut *mut c_void,
+    request: &mut SendRequest,
+) -> Result<()> {
     // SAFETY: forwarded contract.
     unsafe { find_qp(qp)?.prepare_send(wr, bad, request) }
 }
@@ -672,7 +707,8 @@ pub fn rollback(qp: NonNull<GdsQp>, id: u64) -> Result<()> {
     let q = find_qp(qp)?;
     let mut s = lock(&q.sq);
     let to = id as u32;
-    let pos: VecDeque<u16> = s.sq.inflight.iter().filter(|&&(st, _)| (st.wrapping_sub(to) as i32) >= 0).map(|&(st, _)| st as u16).collect();
+    let pos: VecDeque<u16> =
+        s.sq.inflight.iter().filter(|&&(st, _)| (st.wrapping_sub(to) as i32) >= 0).map(|&(st, _)| st as u16).collect();
     for i in pos {
         s.wrids.remove(&i);
     }

@@ -55,7 +55,10 @@ pub fn detect(cuda: &dyn Cuda, dev: i32, env: &Settings) -> Caps {
     const F: &str = "gds_register_peer";
     let has_memops = cuda.has_v2_memops() || attr(cuda, dev, CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1, None);
     if !has_memops {
-        gds_err!(F, "GPU {dev}: CUDA stream memory operations are not supported or not enabled (NVreg_EnableStreamMemOPs=1)");
+        gds_err!(
+            F,
+            "GPU {dev}: CUDA stream memory operations are not supported or not enabled (NVreg_EnableStreamMemOPs=1)"
+        );
     }
     let has_write64 = attr(
         cuda,

@@ -27,8 +27,14 @@ pub trait Provider: Sync {
     ///
     /// # Safety
     /// `pd`, `context` and `attr` are non-NULL pointers from the application, valid for the call.
-    unsafe fn create_qp(&self, pd: *mut c_void, context: *mut c_void, attr: *mut c_void, gpu_id: i32, flags: i32)
-    -> Result<NonNull<GdsQp>>;
+    unsafe fn create_qp(
+        &self,
+        pd: *mut c_void,
+        context: *mut c_void,
+        attr: *mut c_void,
+        gpu_id: i32,
+        flags: i32,
+    ) -> Result<NonNull<GdsQp>>;
 
     /// Destroys a QP from `create_qp` and everything it owns.
     ///
@@ -48,8 +54,13 @@ pub trait Provider: Sync {
     ///
     /// # Safety
     /// As `post_recv`.
-    unsafe fn prepare_send(&self, qp: NonNull<GdsQp>, wr: *mut c_void, bad_wr: *mut *mut c_void, request: &mut SendRequest)
-    -> Result<()>;
+    unsafe fn prepare_send(
+        &self,
+        qp: NonNull<GdsQp>,
+        wr: *mut c_void,
+        bad_wr: *mut *mut c_void,
+        request: &mut SendRequest,
+    ) -> Result<()>;
 
     /// Forgets the WQEs of a prepared send whose execution failed (`rollback_id` from the commit).
     ///
@@ -110,7 +121,14 @@ impl Provider for Dispatch {
     fn name(&self) -> &'static str {
         "dispatch"
     }
-    unsafe fn create_qp(&self, pd: *mut c_void, context: *mut c_void, attr: *mut c_void, gpu_id: i32, flags: i32) -> Result<NonNull<GdsQp>> {
+    unsafe fn create_qp(
+        &self,
+        pd: *mut c_void,
+        context: *mut c_void,
+        attr: *mut c_void,
+        gpu_id: i32,
+        flags: i32,
+    ) -> Result<NonNull<GdsQp>> {
         match choice() {
             // SAFETY: forwarded contract.
             Choice::Proxy => unsafe { Proxy.create_qp(pd, context, attr, gpu_id, flags) },
@@ -137,7 +155,13 @@ impl Provider for Dispatch {
         // SAFETY: forwarded contract.
         unsafe { Proxy.post_recv(qp, wr, bad_wr) }
     }
-    unsafe fn prepare_send(&self, qp: NonNull<GdsQp>, wr: *mut c_void, bad_wr: *mut *mut c_void, request: &mut SendRequest) -> Result<()> {
+    unsafe fn prepare_send(
+        &self,
+        qp: NonNull<GdsQp>,
+        wr: *mut c_void,
+        bad_wr: *mut *mut c_void,
+        request: &mut SendRequest,
+    ) -> Result<()> {
         if m5::owns_qp(qp) {
             // SAFETY: forwarded contract.
             return unsafe { m5::prepare_send(qp, wr, bad_wr, request) };

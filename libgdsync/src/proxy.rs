@@ -106,14 +106,14 @@ const MAX_WRS_PER_CALL: usize = 1 << 16;
 /// exp opcode → (ibv_wr_opcode, ibv_wc_opcode of its completion).
 fn map_opcode(op: u32) -> Option<(u32, u32)> {
     Some(match op {
-        0 | 1 => (op, 1),  // RDMA_WRITE(_WITH_IMM) → IBV_WC_RDMA_WRITE
-        2 | 3 => (op, 0),  // SEND(_WITH_IMM) → IBV_WC_SEND
-        4 => (4, 2),       // RDMA_READ
-        5 => (5, 3),       // ATOMIC_CMP_AND_SWP → IBV_WC_COMP_SWAP
-        6 => (6, 4),       // ATOMIC_FETCH_AND_ADD
-        7 => (7, 6),       // LOCAL_INV
-        9 => (9, 0),       // SEND_WITH_INV
-        0x4f => (10, 7),   // TSO
+        0 | 1 => (op, 1), // RDMA_WRITE(_WITH_IMM) → IBV_WC_RDMA_WRITE
+        2 | 3 => (op, 0), // SEND(_WITH_IMM) → IBV_WC_SEND
+        4 => (4, 2),      // RDMA_READ
+        5 => (5, 3),      // ATOMIC_CMP_AND_SWP → IBV_WC_COMP_SWAP
+        6 => (6, 4),      // ATOMIC_FETCH_AND_ADD
+        7 => (7, 6),      // LOCAL_INV
+        9 => (9, 0),      // SEND_WITH_INV
+        0x4f => (10, 7),  // TSO
         _ => return None,
     })
 }
@@ -138,8 +138,13 @@ unsafe fn translate_wr(w: *const ExpSendWr, cap: &QpCap, sig_all: bool) -> std::
     if e.comp_mask != 0 {
         return Err(format!("comp_mask {:#x} is not supported", e.comp_mask));
     }
-    let (opcode, wc_opcode) = map_opcode(e.exp_opcode).ok_or_else(|| format!("opcode {:#x} is not supported by the proxy provider", e.exp_opcode))?;
-    let known = IBV_EXP_SEND_FENCE | IBV_EXP_SEND_SIGNALED | IBV_EXP_SEND_SOLICITED | IBV_EXP_SEND_INLINE | IBV_EXP_SEND_IP_CSUM;
+    let (opcode, wc_opcode) = map_opcode(e.exp_opcode)
+        .ok_or_else(|| format!("opcode {:#x} is not supported by the proxy provider", e.exp_opcode))?;
+    let known = IBV_EXP_SEND_FENCE
+        | IBV_EXP_SEND_SIGNALED
+        | IBV_EXP_SEND_SOLICITED
+        | IBV_EXP_SEND_INLINE
+        | IBV_EXP_SEND_IP_CSUM;
     if e.exp_send_flags & !known != 0 {
         return Err(format!("send flags {:#x} are not supported", e.exp_send_flags));
     }
@@ -154,8 +159,12 @@ unsafe fn translate_wr(w: *const ExpSendWr, cap: &QpCap, sig_all: bool) -> std::
     if send_flags & IBV_SEND_INLINE == 0 && n as u32 > cap.max_send_sge {
         return Err(format!("{n} scatter/gather entries, the QP takes {}", cap.max_send_sge));
     }
-    // SAFETY: `n` entries at sg_list per the contract (non-NULL when n > 0).
-    let sges: Vec<Sge> = if n == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(e.sg_list, n as usize) }.to_vec() };
+    let sges: Vec<Sge> = if n == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: `n` entries at sg_list per the contract (non-NULL when n > 0).
+        unsafe { std::slice::from_raw_parts(e.sg_list, n as usize) }.to_vec()
+    };
     let mut inline = Vec::new();
     let mut out_sges = sges.clone();
     if send_flags & IBV_SEND_INLINE != 0 {
@@ -169,10 +178,13 @@ unsafe fn translate_wr(w: *const ExpSendWr, cap: &QpCap, sig_all: bool) -> std::
         for s in &sges {
             if s.length > 0 {
                 // SAFETY: an inline SGE names `length` readable bytes at `addr` (verbs contract).
-                inline.extend_from_slice(unsafe { std::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize) });
+                inline.extend_from_slice(unsafe {
+                    std::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize)
+                });
             }
         }
-        out_sges = if inline.is_empty() { Vec::new() } else { vec![Sge { addr: 0, length: inline.len() as u32, lkey: 0 }] };
+        out_sges =
+            if inline.is_empty() { Vec::new() } else { vec![Sge { addr: 0, length: inline.len() as u32, lkey: 0 }] };
     }
     let mut wr = SendWr {
         wr_id: e.wr_id,
@@ -559,7 +571,11 @@ impl ProxyQp {
                         any = true;
                     }
                     _ => {
-                        gds_err!("gds_proxy", "QP {:#x}: trigger {trig} but no prepared send {next}; ignored", self.qp_num);
+                        gds_err!(
+                            "gds_proxy",
+                            "QP {:#x}: trigger {trig} but no prepared send {next}; ignored",
+                            self.qp_num
+                        );
                         g.posted = trig;
                         break;
                     }
@@ -671,7 +687,8 @@ impl ProxyQp {
         g.pending.push_back(Batch { seq, wrs });
         drop(g);
         request.wr[0].type_ = IBV_EXP_PEER_OP_FENCE;
-        request.wr[0].wr.fence_flags = IBV_EXP_PEER_FENCE_OP_WRITE | IBV_EXP_PEER_FENCE_FROM_HCA | IBV_EXP_PEER_FENCE_MEM_SYS;
+        request.wr[0].wr.fence_flags =
+            IBV_EXP_PEER_FENCE_OP_WRITE | IBV_EXP_PEER_FENCE_FROM_HCA | IBV_EXP_PEER_FENCE_MEM_SYS;
         request.wr[1].type_ = IBV_EXP_PEER_OP_STORE_DWORD;
         request.wr[1].wr.dword_va = DwordVa { data: seq, target_id: self.trig_id, offset: 0 };
         request.wr[1].next = std::ptr::null_mut();
@@ -786,7 +803,15 @@ fn find_cq(cq: NonNull<GdsCq>) -> Result<Arc<ProxyCq>> {
 ///
 /// # Safety
 /// `raw` is a live CQ.
-unsafe fn make_cq(raw: *mut c_void, orig: PollCqFn, area: &Area, word: usize, flags: usize, npeek: u32, is_send: bool) -> ProxyCq {
+unsafe fn make_cq(
+    raw: *mut c_void,
+    orig: PollCqFn,
+    area: &Area,
+    word: usize,
+    flags: usize,
+    npeek: u32,
+    is_send: bool,
+) -> ProxyCq {
     // SAFETY: live CQ from ibv_create_cq.
     let cqe = unsafe { verbs::object_u32(raw, verbs::CQ_CQE) }.max(1);
     let r = ranges();
@@ -818,7 +843,13 @@ unsafe fn make_cq(raw: *mut c_void, orig: PollCqFn, area: &Area, word: usize, fl
 impl Proxy {
     /// # Safety
     /// As [`Provider::create_qp`].
-    unsafe fn create(&self, pd: *mut c_void, ctx: *mut c_void, attr: *mut c_void, flags: i32) -> Result<NonNull<GdsQp>> {
+    unsafe fn create(
+        &self,
+        pd: *mut c_void,
+        ctx: *mut c_void,
+        attr: *mut c_void,
+        flags: i32,
+    ) -> Result<NonNull<GdsQp>> {
         const F: &str = "gds_create_qp";
         let v = verbs()?;
         // SAFETY: non-NULL gds_qp_init_attr_t (152 bytes) per the contract.
@@ -843,7 +874,8 @@ impl Proxy {
         let ncq_s = a.cap.max_send_wr.max(1);
         let ncq_r = a.cap.max_recv_wr.max(1);
         // SAFETY: live context.
-        let scq = unsafe { v.create_cq(ctx, ncq_s as c_int) }.inspect_err(|e| gds_err!(F, "ibv_create_cq (send) failed: {}", e.describe()))?;
+        let scq = unsafe { v.create_cq(ctx, ncq_s as c_int) }
+            .inspect_err(|e| gds_err!(F, "ibv_create_cq (send) failed: {}", e.describe()))?;
         // SAFETY: live context.
         let rcq = match unsafe { v.create_cq(ctx, ncq_r as c_int) } {
             Ok(c) => c,
@@ -989,7 +1021,14 @@ impl Provider for Proxy {
     fn name(&self) -> &'static str {
         "proxy"
     }
-    unsafe fn create_qp(&self, pd: *mut c_void, context: *mut c_void, attr: *mut c_void, _gpu_id: i32, flags: i32) -> Result<NonNull<GdsQp>> {
+    unsafe fn create_qp(
+        &self,
+        pd: *mut c_void,
+        context: *mut c_void,
+        attr: *mut c_void,
+        _gpu_id: i32,
+        flags: i32,
+    ) -> Result<NonNull<GdsQp>> {
         // SAFETY: forwarded contract.
         unsafe { self.create(pd, context, attr, flags) }
     }
@@ -1005,7 +1044,13 @@ impl Provider for Proxy {
             r => Err(Errno(r)),
         }
     }
-    unsafe fn prepare_send(&self, qp: NonNull<GdsQp>, wr: *mut c_void, bad_wr: *mut *mut c_void, request: &mut SendRequest) -> Result<()> {
+    unsafe fn prepare_send(
+        &self,
+        qp: NonNull<GdsQp>,
+        wr: *mut c_void,
+        bad_wr: *mut *mut c_void,
+        request: &mut SendRequest,
+    ) -> Result<()> {
         find_qp(qp)?.prepare_send(wr, bad_wr, request)
     }
     unsafe fn rollback_send(&self, qp: NonNull<GdsQp>, rollback_id: u64) -> Result<()> {
@@ -1064,12 +1109,18 @@ mod tests {
     fn translation_checks_and_copies() {
         let cap = QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 2, max_recv_sge: 1, max_inline_data: 8 };
         let data = *b"abcdefgh";
-        let mut sg = [Sge { addr: data.as_ptr() as u64, length: 5, lkey: 9 }, Sge { addr: data.as_ptr() as u64 + 5, length: 3, lkey: 9 }];
+        let mut sg = [
+            Sge { addr: data.as_ptr() as u64, length: 5, lkey: 9 },
+            Sge { addr: data.as_ptr() as u64 + 5, length: 3, lkey: 9 },
+        ];
         // SAFETY: valid wrs over live buffers.
         unsafe {
             let w = exp(3, IBV_EXP_SEND_SIGNALED, &mut sg);
             let p = translate_wr(&w, &cap, false).unwrap();
-            assert_eq!((p.wr.opcode, p.wr.send_flags, p.wr.imm_data, p.wr.wr[0], p.wr.num_sge), (3, 2, 0x1234, 0x1000, 2));
+            assert_eq!(
+                (p.wr.opcode, p.wr.send_flags, p.wr.imm_data, p.wr.wr[0], p.wr.num_sge),
+                (3, 2, 0x1234, 0x1000, 2)
+            );
             assert!(p.signaled && p.inline.is_empty() && p.wc_opcode == 0);
             let w = exp(0, IBV_EXP_SEND_INLINE, &mut sg);
             let p = translate_wr(&w, &cap, true).unwrap();

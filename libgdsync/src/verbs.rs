@@ -142,7 +142,8 @@ pub struct Verbs {
 impl Verbs {
     fn open() -> Result<Verbs, String> {
         let lib = Library::open("libibverbs.so.1")?;
-        let sym = |n: &std::ffi::CStr| lib.symbol(n).ok_or_else(|| format!("libibverbs.so.1 lacks {}", n.to_string_lossy()));
+        let sym =
+            |n: &std::ffi::CStr| lib.symbol(n).ok_or_else(|| format!("libibverbs.so.1 lacks {}", n.to_string_lossy()));
         // All as_fn below: rdma-core exports these (default version IBVERBS_1.1) with exactly
         // these C prototypes (verbs.h).
         // SAFETY: see above.

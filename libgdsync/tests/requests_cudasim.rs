@@ -83,7 +83,9 @@ impl Hw {
         assert!(!base.is_null());
         let cuda = gdsync::driver::cuda().expect("libcuda");
         let dev = gdsync::memmgr::memmgr().map_mem(cuda, base as usize, 4 * PAGE, GDS_MEMORY_HOST).expect("register");
-        let reg = |i: usize, len: usize| ranges().register(Range { cpu: base as usize + i * PAGE, dev: dev + (i * PAGE) as u64, len });
+        let reg = |i: usize, len: usize| {
+            ranges().register(Range { cpu: base as usize + i * PAGE, dev: dev + (i * PAGE) as u64, len })
+        };
         let hw = Hw { base, dev, dbr: reg(0, 64), bf: reg(1, PAGE), cq: reg(2, PAGE), flag: reg(3, 64) };
         // Every CQE starts invalid (op_own = 0xF0: negative as a signed LE word at byte 60).
         for slot in 0..64 {
@@ -113,9 +115,13 @@ fn op(type_: u32, wr: PeerOpUnion) -> PeerOpWr {
 fn send_request(hw: &Hw, pi: u32, ctrl: u64) -> Box<SendRequest> {
     // SAFETY: all-zero is a valid request.
     let mut r: Box<SendRequest> = Box::new(unsafe { std::mem::zeroed() });
-    r.wr[0] = op(IBV_EXP_PEER_OP_STORE_DWORD, PeerOpUnion { dword_va: DwordVa { data: (pi & 0xffff).to_be(), target_id: hw.dbr, offset: 4 } });
+    r.wr[0] = op(
+        IBV_EXP_PEER_OP_STORE_DWORD,
+        PeerOpUnion { dword_va: DwordVa { data: (pi & 0xffff).to_be(), target_id: hw.dbr, offset: 4 } },
+    );
     r.wr[1] = op(IBV_EXP_PEER_OP_FENCE, PeerOpUnion { fence_flags: 0x1A });
-    r.wr[2] = op(IBV_EXP_PEER_OP_STORE_QWORD, PeerOpUnion { qword_va: QwordVa { data: ctrl, target_id: hw.bf, offset: 0 } });
+    r.wr[2] =
+        op(IBV_EXP_PEER_OP_STORE_QWORD, PeerOpUnion { qword_va: QwordVa { data: ctrl, target_id: hw.bf, offset: 0 } });
     r.commit.storage = r.wr.as_mut_ptr();
     r.commit.entries = 3;
     r
@@ -125,8 +131,14 @@ fn send_request(hw: &Hw, pi: u32, ctrl: u64) -> Box<SendRequest> {
 fn wait_request(hw: &Hw, n: usize, k: usize) -> Box<WaitRequest> {
     // SAFETY: all-zero is a valid request.
     let mut r: Box<WaitRequest> = Box::new(unsafe { std::mem::zeroed() });
-    r.wr[0] = op(IBV_EXP_PEER_OP_POLL_GEQ_DWORD, PeerOpUnion { dword_va: DwordVa { data: 0, target_id: hw.cq, offset: n * 64 + 60 } });
-    r.wr[1] = op(IBV_EXP_PEER_OP_STORE_DWORD, PeerOpUnion { dword_va: DwordVa { data: 0, target_id: hw.flag, offset: 8 * k } });
+    r.wr[0] = op(
+        IBV_EXP_PEER_OP_POLL_GEQ_DWORD,
+        PeerOpUnion { dword_va: DwordVa { data: 0, target_id: hw.cq, offset: n * 64 + 60 } },
+    );
+    r.wr[1] = op(
+        IBV_EXP_PEER_OP_STORE_DWORD,
+        PeerOpUnion { dword_va: DwordVa { data: 0, target_id: hw.flag, offset: 8 * k } },
+    );
     r.peek.storage = r.wr.as_mut_ptr();
     r.peek.entries = 2;
     hw.w32(3 * PAGE + 8 * k, 1); // busy
@@ -187,15 +199,30 @@ fn prepared_requests_run_in_stream_order() {
     assert_eq!((hw.r32(4), hw.r64(PAGE)), (9u32.to_be(), 0x99));
 
     // The mlx5 helpers report device addresses inside the registered ranges.
-    let mut info = Mlx5SendInfo { bits: 0, dbrec_ptr: std::ptr::null_mut(), dbrec_value: 0, db_ptr: std::ptr::null_mut(), db_value: 0 };
+    let mut info = Mlx5SendInfo {
+        bits: 0,
+        dbrec_ptr: std::ptr::null_mut(),
+        dbrec_value: 0,
+        db_ptr: std::ptr::null_mut(),
+        db_value: 0,
+    };
     // SAFETY: one request, one info.
     assert_eq!(unsafe { gds_mlx5_get_send_info(1, &*snd, &mut info) }, 0);
     assert_eq!((info.dbrec_ptr as u64, info.db_ptr as u64, info.bits), (hw.dev + 4, hw.dev + PAGE as u64, 2));
     let w = wait_request(&hw, 5, 5);
-    let mut wi = Mlx5WaitInfo { cond: 9, cqe_ptr: std::ptr::null_mut(), cqe_value: 1, flag_ptr: std::ptr::null_mut(), flag_value: 1 };
+    let mut wi = Mlx5WaitInfo {
+        cond: 9,
+        cqe_ptr: std::ptr::null_mut(),
+        cqe_value: 1,
+        flag_ptr: std::ptr::null_mut(),
+        flag_value: 1,
+    };
     // SAFETY: one request, one info.
     assert_eq!(unsafe { gds_mlx5_get_wait_info(1, &*w, &mut wi) }, 0);
-    assert_eq!((wi.cond, wi.cqe_ptr as u64, wi.flag_ptr as u64), (GDS_WAIT_COND_GEQ, hw.dev + (2 * PAGE + 5 * 64 + 60) as u64, hw.dev + (3 * PAGE + 40) as u64));
+    assert_eq!(
+        (wi.cond, wi.cqe_ptr as u64, wi.flag_ptr as u64),
+        (GDS_WAIT_COND_GEQ, hw.dev + (2 * PAGE + 5 * 64 + 60) as u64, hw.dev + (3 * PAGE + 40) as u64)
+    );
 
     // A request whose target was unregistered is refused before anything is enqueued.
     let mut bad = send_request(&hw, 10, 0x10);
@@ -210,4 +237,3 @@ fn prepared_requests_run_in_stream_order() {
     // SAFETY: allocated above with this layout; the stream is drained.
     unsafe { dealloc(hw.base, layout) };
 }
-

@@ -224,7 +224,8 @@ impl DmaBuf {
             gdr_err!("device {ordinal} does not support dma-buf mmap");
             return Err(Errno::ENOTSUP);
         }
-        let coherent = api.attribute(CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, dev).unwrap_or(0) != 0;
+        let coherent =
+            api.attribute(CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, dev).unwrap_or(0) != 0;
         let mapping_type = if coherent && !force_pcie { MappingType::Caching } else { MappingType::WriteCombined };
         let flags = if force_pcie { CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE } else { 0 };
 
@@ -232,7 +233,13 @@ impl DmaBuf {
             let mut fd: c_int = -1;
             // SAFETY: the handle type DMA_BUF_FD writes an int file descriptor into `fd`.
             let r = unsafe {
-                (api.mem_get_handle_for_address_range)((&raw mut fd).cast(), aligned, aligned_size, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, flags)
+                (api.mem_get_handle_for_address_range)(
+                    (&raw mut fd).cast(),
+                    aligned,
+                    aligned_size,
+                    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                    flags,
+                )
             };
             api.check("cuMemGetHandleForAddressRange", r).map(|()| fd)
         })?;
@@ -280,11 +287,7 @@ impl DmaBuf {
         let m = cpu_mapping::map_shared(pin.fd.as_fd(), len, pin.page_offset)
             .inspect_err(|e| gdr_err!("mmap of the dma-buf failed (errno={})", e.0))?;
         if requested != MappingType::None && requested != pin.mapping_type {
-            gdr_err!(
-                "requested mapping type {:?} differs from the dma-buf's type {:?}",
-                requested,
-                pin.mapping_type
-            );
+            gdr_err!("requested mapping type {:?} differs from the dma-buf's type {:?}", requested, pin.mapping_type);
             let _ = cpu_mapping::unmap(m.addr, m.len);
             return Err(Errno::EINVAL);
         }

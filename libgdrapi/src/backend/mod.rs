@@ -66,7 +66,9 @@ pub fn select(device_path: &str) -> Result<Backend> {
             Ok(Backend::DmaBuf(b))
         }
         Err(e) => {
-            gdr_err!("Error: gdrcopy requires gdrdrv or CUDA driver with dmabuf mmap support (at least one is required)");
+            gdr_err!(
+                "Error: gdrcopy requires gdrdrv or CUDA driver with dmabuf mmap support (at least one is required)"
+            );
             Err(if e == Errno::ENOENT { Errno::ENODEV } else { e })
         }
     }

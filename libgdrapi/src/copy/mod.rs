@@ -239,14 +239,7 @@ pub(crate) fn plan_wc(dev_addr: usize, len: usize, mut seg: impl FnMut(Op, usize
 /// `dst` valid for `len` bytes of writes, `src` for `len` reads, no overlap; the slots satisfy
 /// the [`Engine`] contract for the width their step uses (`select.rs` guarantees it).
 #[inline(always)]
-unsafe fn run_plan(
-    slots: &select::Slots,
-    helper: KernelFn,
-    dir: Direction,
-    dst: *mut u8,
-    src: *const u8,
-    len: usize,
-) {
+unsafe fn run_plan(slots: &select::Slots, helper: KernelFn, dir: Direction, dst: *mut u8, src: *const u8, len: usize) {
     let dev_addr = match dir {
         Direction::ToDevice => dst.addr(),
         Direction::FromDevice => src.addr(),

@@ -150,11 +150,7 @@ fn build() -> Selection {
     Selection {
         store: Slots { w16: s16.f, w32: s32.f, line: sline.f },
         load: Slots { w16: l16.f, w32: l32.f, line: lline.f },
-        summary: describe(
-            [sline.name, s32.name, s16.name],
-            [lline.name, l32.name, l16.name],
-            &extra,
-        ),
+        summary: describe([sline.name, s32.name, s16.name], [lline.name, l32.name, l16.name], &extra),
         engines: all,
     }
 }
@@ -164,10 +160,8 @@ fn build() -> Selection {
     use super::arm;
     use Direction::{FromDevice, ToDevice};
 
-    let mut all = vec![
-        engine("NEON 16B", ToDevice, 16, arm::store_neon),
-        engine("NEON 16B", FromDevice, 16, arm::load_neon),
-    ];
+    let mut all =
+        vec![engine("NEON 16B", ToDevice, 16, arm::store_neon), engine("NEON 16B", FromDevice, 16, arm::load_neon)];
     all.extend(helpers());
     let s = pick(&mut all, ToDevice, &["NEON 16B"]);
     let l = pick(&mut all, FromDevice, &["NEON 16B"]);

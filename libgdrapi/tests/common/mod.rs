@@ -109,7 +109,14 @@ impl GpuSim {
         let len = size.div_ceil(GPU_PAGE) * GPU_PAGE;
         // SAFETY: a fresh shared mapping of the allocation (offset = its GPU VA, as the uapi says).
         let view = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, self.fd.as_raw_fd(), a.gpu_va as libc::off_t)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                self.fd.as_raw_fd(),
+                a.gpu_va as libc::off_t,
+            )
         };
         assert_ne!(view, libc::MAP_FAILED, "mmap /dev/gpusim at {:#x}: errno {}", a.gpu_va, last_errno());
         GpuMem { sim: self, va: a.gpu_va, len, view: view.cast(), freed: false }

@@ -147,26 +147,18 @@ fn cstr_table(idx: usize) -> &'static [std::ffi::CString] {
     T[idx].get_or_init(|| {
         ERROR_TABLE
             .iter()
-            .map(|e| {
-                std::ffi::CString::new(if idx == 0 { e.1 } else { e.2 }).expect("no NUL in table")
-            })
+            .map(|e| std::ffi::CString::new(if idx == 0 { e.1 } else { e.2 }).expect("no NUL in table"))
             .collect()
     })
 }
 
 fn name_cstr(name: &str) -> &'static CStr {
-    let i = ERROR_TABLE
-        .iter()
-        .position(|e| e.1 == name)
-        .expect("from the table");
+    let i = ERROR_TABLE.iter().position(|e| e.1 == name).expect("from the table");
     &cstr_table(0)[i]
 }
 
 fn desc_cstr(desc: &str) -> &'static CStr {
-    let i = ERROR_TABLE
-        .iter()
-        .position(|e| e.2 == desc)
-        .expect("from the table");
+    let i = ERROR_TABLE.iter().position(|e| e.2 == desc).expect("from the table");
     &cstr_table(1)[i]
 }
 
@@ -625,11 +617,7 @@ fn copy(dst: u64, src: u64, n: usize, ds: Side, ss: Side, stream: CUstream, sync
         check_side(t, src, n, ss, false)?;
         Ok(Op::Copy { dst, src, len: n })
     })?;
-    if sync {
-        sync_result(s.synchronize())
-    } else {
-        Ok(())
-    }
+    if sync { sync_result(s.synchronize()) } else { Ok(()) }
 }
 
 fn memset(dst: u64, count: usize, elem: Elem, stream: CUstream, sync: bool) -> R<()> {
@@ -641,22 +629,12 @@ fn memset(dst: u64, count: usize, elem: Elem, stream: CUstream, sync: bool) -> R
     if count == 0 {
         return Ok(());
     }
-    let bytes = (count as u64)
-        .checked_mul(elem.size())
-        .ok_or(err::INVALID_VALUE)?;
+    let bytes = (count as u64).checked_mul(elem.size()).ok_or(err::INVALID_VALUE)?;
     d.submit(&s, |t| {
         check_side(t, dst, bytes, Side::Dev, true)?;
-        Ok(Op::Fill {
-            dst,
-            count: count as u64,
-            elem,
-        })
+        Ok(Op::Fill { dst, count: count as u64, elem })
     })?;
-    if sync {
-        sync_result(s.synchronize())
-    } else {
-        Ok(())
-    }
+    if sync { sync_result(s.synchronize()) } else { Ok(()) }
 }
 
 fn sync_result(e: CUresult) -> R<()> {
@@ -690,13 +668,7 @@ export! {
 ///
 /// # Safety
 /// `data` is valid for a write of the attribute's type.
-unsafe fn write_attr(
-    t: &driver::Tables,
-    range: Option<&driver::Range>,
-    ptr: u64,
-    a: u32,
-    data: *mut c_void,
-) -> R<()> {
+unsafe fn write_attr(t: &driver::Tables, range: Option<&driver::Range>, ptr: u64, a: u32, data: *mut c_void) -> R<()> {
     use crate::types::ptr_attr::*;
     if data.is_null() {
         return Err(err::INVALID_VALUE);
@@ -705,20 +677,16 @@ unsafe fn write_attr(
         // SAFETY: `data` is valid for the attribute's type (caller contract).
         unsafe {
             match a {
-                CONTEXT | HOST_POINTER | MEMPOOL_HANDLE => {
-                    put(data as *mut *mut c_void, std::ptr::null_mut())?
-                }
+                CONTEXT | HOST_POINTER | MEMPOOL_HANDLE => put(data as *mut *mut c_void, std::ptr::null_mut())?,
                 MEMORY_TYPE | ACCESS_FLAGS => put(data as *mut u32, 0)?,
                 DEVICE_ORDINAL => put(data as *mut i32, -2)?,
-                DEVICE_POINTER | BUFFER_ID | RANGE_START_ADDR | ALLOWED_HANDLE_TYPES
-                | MAPPING_BASE_ADDR | MEMORY_BLOCK_ID => put(data as *mut u64, 0)?,
+                DEVICE_POINTER | BUFFER_ID | RANGE_START_ADDR | ALLOWED_HANDLE_TYPES | MAPPING_BASE_ADDR
+                | MEMORY_BLOCK_ID => put(data as *mut u64, 0)?,
                 RANGE_SIZE | MAPPING_SIZE => put(data as *mut usize, 0)?,
                 P2P_TOKENS => put(data as *mut P2pTokens, P2pTokens::default())?,
-                SYNC_MEMOPS
-                | IS_MANAGED
-                | IS_LEGACY_CUDA_IPC_CAPABLE
-                | MAPPED
-                | IS_GPU_DIRECT_RDMA_CAPABLE => put(data as *mut bool, false)?,
+                SYNC_MEMOPS | IS_MANAGED | IS_LEGACY_CUDA_IPC_CAPABLE | MAPPED | IS_GPU_DIRECT_RDMA_CAPABLE => {
+                    put(data as *mut bool, false)?
+                }
                 _ => return Err(err::INVALID_VALUE),
             }
         }
@@ -733,14 +701,7 @@ unsafe fn write_attr(
     unsafe {
         match a {
             CONTEXT => put(data as *mut CUcontext, r.ctx as usize as CUcontext),
-            MEMORY_TYPE => put(
-                data as *mut u32,
-                if dev {
-                    CU_MEMORYTYPE_DEVICE
-                } else {
-                    CU_MEMORYTYPE_HOST
-                },
-            ),
+            MEMORY_TYPE => put(data as *mut u32, if dev { CU_MEMORYTYPE_DEVICE } else { CU_MEMORYTYPE_HOST }),
             DEVICE_POINTER => put(data as *mut u64, ptr),
             HOST_POINTER if dev => Err(err::INVALID_VALUE),
             HOST_POINTER => put(data as *mut *mut c_void, ptr as *mut c_void),
@@ -754,17 +715,12 @@ unsafe fn write_attr(
             RANGE_START_ADDR | MAPPING_BASE_ADDR => put(data as *mut u64, r.base),
             RANGE_SIZE | MAPPING_SIZE => put(data as *mut usize, r.size as usize),
             MAPPED => put(data as *mut bool, true),
-            ALLOWED_HANDLE_TYPES => put(
-                data as *mut u64,
-                phys.map_or(0, |p| p.prop.requested_handle_types as u64),
-            ),
+            ALLOWED_HANDLE_TYPES => put(data as *mut u64, phys.map_or(0, |p| p.prop.requested_handle_types as u64)),
             IS_GPU_DIRECT_RDMA_CAPABLE => put(
                 data as *mut bool,
                 match r.kind {
                     Kind::Device => true,
-                    Kind::Vmm => {
-                        phys.is_some_and(|p| p.prop.alloc_flags.gpu_direct_rdma_capable != 0)
-                    }
+                    Kind::Vmm => phys.is_some_and(|p| p.prop.alloc_flags.gpu_direct_rdma_capable != 0),
                     _ => false,
                 },
             ),
@@ -1034,11 +990,7 @@ fn elapsed(ms: *mut f32, start: CUevent, end: CUevent) -> R<()> {
         return Err(err::INVALID_HANDLE);
     }
     let (ta, tb) = (a.completed_time()?, b.completed_time()?);
-    let v = if tb >= ta {
-        (tb - ta).as_secs_f64() * 1e3
-    } else {
-        -((ta - tb).as_secs_f64() * 1e3)
-    };
+    let v = if tb >= ta { (tb - ta).as_secs_f64() * 1e3 } else { -((ta - tb).as_secs_f64() * 1e3) };
     // SAFETY: out-pointer from the caller, checked non-NULL.
     unsafe { put(ms, v as f32) }
 }
@@ -1056,19 +1008,9 @@ fn wait_op(t: &driver::Tables, addr: u64, value: u64, flags: u32, wide: bool) ->
     t.check(addr, size, false)?;
     let (cond, flush) = (flags & 0x3, flags & CU_STREAM_WAIT_VALUE_FLUSH != 0);
     Ok(if wide {
-        Op::Wait64 {
-            addr,
-            value,
-            cond,
-            flush,
-        }
+        Op::Wait64 { addr, value, cond, flush }
     } else {
-        Op::Wait32 {
-            addr,
-            value: value as u32,
-            cond,
-            flush,
-        }
+        Op::Wait32 { addr, value: value as u32, cond, flush }
     })
 }
 
@@ -1097,19 +1039,7 @@ fn write_op(t: &driver::Tables, addr: u64, value: u64, flags: u32, wide: bool, a
     }
     t.check(addr, size, true)?;
     let barrier = flags & CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER == 0;
-    Ok(if wide {
-        Op::Write64 {
-            addr,
-            value,
-            barrier,
-        }
-    } else {
-        Op::Write32 {
-            addr,
-            value: value as u32,
-            barrier,
-        }
-    })
+    Ok(if wide { Op::Write64 { addr, value, barrier } } else { Op::Write32 { addr, value: value as u32, barrier } })
 }
 
 /// Translates one batch entry.
@@ -1118,40 +1048,18 @@ pub(crate) fn batch_op(t: &driver::Tables, p: &CUstreamBatchMemOpParams, api: Me
     // valid, and the member read below is the one `operation` selects.
     unsafe {
         match p.operation {
-            memop::WAIT_VALUE_32 => wait_op(
-                t,
-                p.wait_value.address,
-                p.wait_value.v.value as u64,
-                p.wait_value.flags,
-                false,
-            ),
-            memop::WAIT_VALUE_64 => wait_op(
-                t,
-                p.wait_value.address,
-                p.wait_value.v.value64,
-                p.wait_value.flags,
-                true,
-            ),
-            memop::WRITE_VALUE_32 => write_op(
-                t,
-                p.write_value.address,
-                p.write_value.v.value as u64,
-                p.write_value.flags,
-                false,
-                api,
-            ),
-            memop::WRITE_VALUE_64 => write_op(
-                t,
-                p.write_value.address,
-                p.write_value.v.value64,
-                p.write_value.flags,
-                true,
-                api,
-            ),
-            memop::FLUSH_REMOTE_WRITES if p.flush_remote_writes.flags == 0 => Ok(Op::Fence),
-            memop::BARRIER if p.memory_barrier.flags <= CU_STREAM_MEMORY_BARRIER_TYPE_GPU => {
-                Ok(Op::Fence)
+            memop::WAIT_VALUE_32 => {
+                wait_op(t, p.wait_value.address, p.wait_value.v.value as u64, p.wait_value.flags, false)
             }
+            memop::WAIT_VALUE_64 => wait_op(t, p.wait_value.address, p.wait_value.v.value64, p.wait_value.flags, true),
+            memop::WRITE_VALUE_32 => {
+                write_op(t, p.write_value.address, p.write_value.v.value as u64, p.write_value.flags, false, api)
+            }
+            memop::WRITE_VALUE_64 => {
+                write_op(t, p.write_value.address, p.write_value.v.value64, p.write_value.flags, true, api)
+            }
+            memop::FLUSH_REMOTE_WRITES if p.flush_remote_writes.flags == 0 => Ok(Op::Fence),
+            memop::BARRIER if p.memory_barrier.flags <= CU_STREAM_MEMORY_BARRIER_TYPE_GPU => Ok(Op::Fence),
             op => {
                 crate::log!("cuStreamBatchMemOp: unknown operation {op} or bad flags");
                 Err(err::INVALID_VALUE)
@@ -1166,13 +1074,7 @@ fn memop1(s: CUstream, build: impl FnOnce(&driver::Tables) -> R<Op>) -> R<()> {
     d.submit(&st, build).map(|_| ())
 }
 
-fn batch(
-    s: CUstream,
-    count: c_uint,
-    params: *const CUstreamBatchMemOpParams,
-    flags: c_uint,
-    api: MemOpApi,
-) -> R<()> {
+fn batch(s: CUstream, count: c_uint, params: *const CUstreamBatchMemOpParams, flags: c_uint, api: MemOpApi) -> R<()> {
     let d = d()?;
     if flags != 0 {
         // CU_STREAM_BATCH_MEM_OP_RELAXED_ORDERING et al. are not public: rejected as CUDA does.
@@ -1190,10 +1092,7 @@ fn batch(
         for i in 0..count as usize {
             // SAFETY: the caller passes `count` parameter unions.
             let p = unsafe { params.add(i).read_unaligned() };
-            ops.push(
-                batch_op(t, &p, api)
-                    .inspect_err(|_| crate::log!("cuStreamBatchMemOp: entry {i} rejected"))?,
-            );
+            ops.push(batch_op(t, &p, api).inspect_err(|_| crate::log!("cuStreamBatchMemOp: entry {i} rejected"))?);
         }
         Ok(Op::Batch(ops))
     })
@@ -1234,9 +1133,7 @@ fn proc_address(
 ) -> R<()> {
     if symbol.is_null()
         || pfn.is_null()
-        || flags
-            & !(CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
-            != 0
+        || flags & !(CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0
     {
         return Err(err::INVALID_VALUE);
     }

@@ -173,19 +173,11 @@ pub struct Tables {
 impl Tables {
     /// The range containing `addr`, if any.
     pub fn find(&self, addr: u64) -> Option<&Range> {
-        self.ranges
-            .range(..=addr)
-            .next_back()
-            .map(|(_, r)| r)
-            .filter(|r| addr < r.end())
+        self.ranges.range(..=addr).next_back().map(|(_, r)| r).filter(|r| addr < r.end())
     }
 
     pub fn find_mut(&mut self, addr: u64) -> Option<&mut Range> {
-        self.ranges
-            .range_mut(..=addr)
-            .next_back()
-            .map(|(_, r)| r)
-            .filter(|r| addr < r.end())
+        self.ranges.range_mut(..=addr).next_back().map(|(_, r)| r).filter(|r| addr < r.end())
     }
 
     /// Checks that `[addr, addr+len)` lies within one tracked range with the needed access.
@@ -196,18 +188,10 @@ impl Tables {
         })?;
         let end = addr.checked_add(len).ok_or(err::INVALID_VALUE)?;
         if end > r.end() {
-            crate::log!(
-                "range {addr:#x}+{len:#x} runs past the end of allocation {:#x}+{:#x}",
-                r.base,
-                r.size
-            );
+            crate::log!("range {addr:#x}+{len:#x} runs past the end of allocation {:#x}+{:#x}", r.base, r.size);
             return Err(err::INVALID_VALUE);
         }
-        let need = if write {
-            CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-        } else {
-            CU_MEM_ACCESS_FLAGS_PROT_READ
-        };
+        let need = if write { CU_MEM_ACCESS_FLAGS_PROT_READWRITE } else { CU_MEM_ACCESS_FLAGS_PROT_READ };
         if r.access & need != need {
             crate::log!("range {addr:#x}+{len:#x} is not accessible (cuMemSetAccess)");
             return Err(err::INVALID_VALUE);
@@ -216,10 +200,7 @@ impl Tables {
     }
 
     fn overlaps_any(&self, lo: u64, hi: u64) -> bool {
-        self.ranges
-            .range(..hi)
-            .next_back()
-            .is_some_and(|(_, r)| r.end() > lo)
+        self.ranges.range(..hi).next_back().is_some_and(|(_, r)| r.end() > lo)
     }
 
     fn buffer_id(&mut self) -> u64 {
@@ -256,9 +237,7 @@ pub fn init(flags: u32) -> R<()> {
         device_count: env_num("CUDASIM_DEVICE_COUNT").unwrap_or(1),
         dmabuf: env_flag("CUDASIM_DMABUF"),
         host_mem: env_num("CUDASIM_MEM_SIZE").unwrap_or(DEFAULT_HOST_MEM),
-        wait_timeout: env_num::<u64>("CUDASIM_WAIT_TIMEOUT_MS")
-            .filter(|&v| v > 0)
-            .map(Duration::from_millis),
+        wait_timeout: env_num::<u64>("CUDASIM_WAIT_TIMEOUT_MS").filter(|&v| v > 0).map(Duration::from_millis),
     };
     if cfg.device_count <= 0 {
         crate::log!("CUDASIM_DEVICE_COUNT={}: no device", cfg.device_count);
@@ -273,11 +252,7 @@ pub fn init(flags: u32) -> R<()> {
             Ok(g) => Backend::Gpusim(g),
             Err(e) => {
                 crate::log!("cannot use {}: {e}", gpusim::DEVICE_PATH.to_string_lossy());
-                return Err(if have_dev {
-                    err::OPERATING_SYSTEM
-                } else {
-                    err::NO_DEVICE
-                });
+                return Err(if have_dev { err::OPERATING_SYSTEM } else { err::NO_DEVICE });
             }
         },
         other => {
@@ -288,17 +263,11 @@ pub fn init(flags: u32) -> R<()> {
     crate::log!(
         "initialised: {} device(s), {} memory, driver version {}",
         cfg.device_count,
-        if matches!(backend, Backend::Host) {
-            "host"
-        } else {
-            "gpusim"
-        },
+        if matches!(backend, Backend::Host) { "host" } else { "gpusim" },
         driver_version()
     );
     let mut tables = Tables::default();
-    tables
-        .primary
-        .resize_with(cfg.device_count as usize, PrimarySlot::default);
+    tables.primary.resize_with(cfg.device_count as usize, PrimarySlot::default);
     *g = Some(Arc::new(Driver {
         pid: sys::pid(),
         cfg,
@@ -333,11 +302,7 @@ impl Driver {
     }
 
     pub fn check_device(&self, dev: CUdevice) -> R<()> {
-        if dev >= 0 && dev < self.cfg.device_count {
-            Ok(())
-        } else {
-            Err(err::INVALID_DEVICE)
-        }
+        if dev >= 0 && dev < self.cfg.device_count { Ok(()) } else { Err(err::INVALID_DEVICE) }
     }
 
     pub fn gpusim_info(&self) -> Option<gpusim::Info> {
@@ -359,11 +324,7 @@ impl Driver {
     /// (domain, bus, device) of a device's PCI address.
     pub fn pci(&self, dev: CUdevice) -> (i32, i32, i32) {
         match self.gpusim_info() {
-            Some(i) => (
-                i.pci_domain as i32,
-                i.pci_bus as i32 + dev,
-                i.pci_device as i32,
-            ),
+            Some(i) => (i.pci_domain as i32, i.pci_bus as i32 + dev, i.pci_device as i32),
             None => (0, 0x65 + dev, 0),
         }
     }
@@ -387,8 +348,7 @@ impl Driver {
             MAX_REGISTERS_PER_BLOCK | MAX_REGISTERS_PER_MULTIPROCESSOR => 65536,
             CLOCK_RATE => 1_755_000,
             TEXTURE_ALIGNMENT => 512,
-            GPU_OVERLAP | CAN_MAP_HOST_MEMORY | CONCURRENT_KERNELS | ECC_ENABLED
-            | UNIFIED_ADDRESSING => 1,
+            GPU_OVERLAP | CAN_MAP_HOST_MEMORY | CONCURRENT_KERNELS | ECC_ENABLED | UNIFIED_ADDRESSING => 1,
             MULTIPROCESSOR_COUNT => 132,
             INTEGRATED => 0,
             COMPUTE_MODE => 0,
@@ -408,9 +368,7 @@ impl Driver {
             CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM => 1,
             // CUDA 13 reports the v1 capabilities as 0 (the v1 entry points need a module
             // parameter); the v2 ones below are what consumers must use.
-            CAN_USE_STREAM_MEM_OPS_V1
-            | CAN_USE_64_BIT_STREAM_MEM_OPS_V1
-            | CAN_USE_STREAM_WAIT_VALUE_NOR_V1 => 0,
+            CAN_USE_STREAM_MEM_OPS_V1 | CAN_USE_64_BIT_STREAM_MEM_OPS_V1 | CAN_USE_STREAM_WAIT_VALUE_NOR_V1 => 0,
             CAN_USE_64_BIT_STREAM_MEM_OPS | CAN_USE_STREAM_WAIT_VALUE_NOR => 1,
             CAN_FLUSH_REMOTE_WRITES => 1,
             HOST_REGISTER_SUPPORTED | READ_ONLY_HOST_REGISTER_SUPPORTED => 1,
@@ -428,23 +386,14 @@ impl Driver {
     // ----- contexts -------------------------------------------------------------------------
 
     fn new_context(&self, t: &mut Tables, device: i32, flags: u32, primary: bool) -> Arc<Context> {
-        let c = Arc::new(Context {
-            handle: new_handle(TAG_CTX),
-            device,
-            flags,
-            primary,
-            default_stream: Mutex::new(None),
-        });
+        let c =
+            Arc::new(Context { handle: new_handle(TAG_CTX), device, flags, primary, default_stream: Mutex::new(None) });
         t.ctxs.insert(c.handle, Arc::clone(&c));
         c
     }
 
     pub fn context(&self, h: u64) -> R<Arc<Context>> {
-        self.tables()
-            .ctxs
-            .get(&h)
-            .cloned()
-            .ok_or(err::INVALID_CONTEXT)
+        self.tables().ctxs.get(&h).cloned().ok_or(err::INVALID_CONTEXT)
     }
 
     /// The calling thread's current context.
@@ -523,9 +472,7 @@ impl Driver {
         if flags & !0x1f != 0 {
             return Err(err::INVALID_VALUE);
         }
-        let h = self
-            .new_context(&mut self.tables(), dev, flags, false)
-            .handle;
+        let h = self.new_context(&mut self.tables(), dev, flags, false).handle;
         with_stack(|s| s.push(h));
         Ok(h)
     }
@@ -556,12 +503,7 @@ impl Driver {
         });
         streams.extend(lock(&c.default_stream).take());
         t.events.retain(|_, e| e.ctx != h);
-        let doomed: Vec<u64> = t
-            .ranges
-            .values()
-            .filter(|r| r.ctx == h)
-            .map(|r| r.base)
-            .collect();
+        let doomed: Vec<u64> = t.ranges.values().filter(|r| r.ctx == h).map(|r| r.base).collect();
         let ranges: Vec<Range> = doomed.iter().filter_map(|b| t.ranges.remove(b)).collect();
         drop(t);
         for s in &streams {
@@ -574,11 +516,8 @@ impl Driver {
 
     pub fn ctx_synchronize(&self, c: &Context) -> CUresult {
         // Streams being destroyed still finish their work: they are in all_streams only.
-        let streams: Vec<Arc<Stream>> = lock(&self.all_streams)
-            .iter()
-            .filter_map(Weak::upgrade)
-            .filter(|s| s.ctx == c.handle)
-            .collect();
+        let streams: Vec<Arc<Stream>> =
+            lock(&self.all_streams).iter().filter_map(Weak::upgrade).filter(|s| s.ctx == c.handle).collect();
         let mut res = err::SUCCESS;
         for s in streams {
             let e = s.synchronize();
@@ -602,17 +541,11 @@ impl Driver {
             return Err(err::INVALID_VALUE);
         }
         let c = self.current()?;
-        let s = Stream::spawn(
-            new_handle(TAG_STREAM),
-            c.handle,
-            flags,
-            priority.clamp(-5, 0),
-            self.cfg.wait_timeout,
-        )
-        .map_err(|e| {
-            crate::log!("cannot start a stream worker thread: {e}");
-            err::OUT_OF_MEMORY
-        })?;
+        let s = Stream::spawn(new_handle(TAG_STREAM), c.handle, flags, priority.clamp(-5, 0), self.cfg.wait_timeout)
+            .map_err(|e| {
+                crate::log!("cannot start a stream worker thread: {e}");
+                err::OUT_OF_MEMORY
+            })?;
         self.track(&s);
         let h = s.handle;
         self.tables().streams.insert(h, s);
@@ -628,31 +561,17 @@ impl Driver {
             if let Some(s) = d.as_ref() {
                 return Ok(Arc::clone(s));
             }
-            let s = Stream::spawn(
-                new_handle(TAG_STREAM),
-                c.handle,
-                0,
-                0,
-                self.cfg.wait_timeout,
-            )
-            .map_err(|_| err::OUT_OF_MEMORY)?;
+            let s = Stream::spawn(new_handle(TAG_STREAM), c.handle, 0, 0, self.cfg.wait_timeout)
+                .map_err(|_| err::OUT_OF_MEMORY)?;
             self.track(&s);
             *d = Some(Arc::clone(&s));
             return Ok(s);
         }
-        self.tables()
-            .streams
-            .get(&(h as u64))
-            .cloned()
-            .ok_or(err::INVALID_HANDLE)
+        self.tables().streams.get(&(h as u64)).cloned().ok_or(err::INVALID_HANDLE)
     }
 
     pub fn stream_destroy(&self, h: usize) -> R<()> {
-        let s = self
-            .tables()
-            .streams
-            .remove(&(h as u64))
-            .ok_or(err::INVALID_HANDLE)?;
+        let s = self.tables().streams.remove(&(h as u64)).ok_or(err::INVALID_HANDLE)?;
         s.close();
         Ok(())
     }
@@ -666,8 +585,7 @@ impl Driver {
     }
 
     pub fn event_create(&self, flags: u32) -> R<u64> {
-        if flags & !(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS) != 0
-        {
+        if flags & !(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS) != 0 {
             return Err(err::INVALID_VALUE);
         }
         if flags & CU_EVENT_INTERPROCESS != 0 && flags & CU_EVENT_DISABLE_TIMING == 0 {
@@ -681,27 +599,16 @@ impl Driver {
     }
 
     pub fn event(&self, h: usize) -> R<Arc<Event>> {
-        self.tables()
-            .events
-            .get(&(h as u64))
-            .cloned()
-            .ok_or(err::INVALID_HANDLE)
+        self.tables().events.get(&(h as u64)).cloned().ok_or(err::INVALID_HANDLE)
     }
 
     pub fn event_destroy(&self, h: usize) -> R<()> {
-        self.tables()
-            .events
-            .remove(&(h as u64))
-            .map(|_| ())
-            .ok_or(err::INVALID_HANDLE)
+        self.tables().events.remove(&(h as u64)).map(|_| ()).ok_or(err::INVALID_HANDLE)
     }
 
     /// Waits until no stream has pending work touching `[lo, hi)`.
     fn drain(&self, lo: u64, hi: u64) {
-        let streams: Vec<Arc<Stream>> = lock(&self.all_streams)
-            .iter()
-            .filter_map(Weak::upgrade)
-            .collect();
+        let streams: Vec<Arc<Stream>> = lock(&self.all_streams).iter().filter_map(Weak::upgrade).collect();
         for s in streams {
             s.wait_untouched(lo, hi);
         }
@@ -722,25 +629,10 @@ impl Driver {
         backing: Backing,
     ) {
         let buffer_id = t.buffer_id();
-        let access = if kind == Kind::Vmm {
-            CU_MEM_ACCESS_FLAGS_PROT_NONE
-        } else {
-            CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-        };
+        let access = if kind == Kind::Vmm { CU_MEM_ACCESS_FLAGS_PROT_NONE } else { CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
         t.ranges.insert(
             base,
-            Range {
-                base,
-                size,
-                kind,
-                ctx,
-                device,
-                buffer_id,
-                sync_memops: false,
-                flags,
-                access,
-                backing,
-            },
+            Range { base, size, kind, ctx, device, buffer_id, sync_memops: false, flags, access, backing },
         );
     }
 
@@ -755,21 +647,13 @@ impl Driver {
             Backend::Gpusim(g) => {
                 let va = g.alloc_mapped(len).map_err(|e| {
                     crate::log!("gpusim allocation of {len:#x} bytes failed: {e}");
-                    if e.raw_os_error() == Some(sys::ENOMEM) {
-                        err::OUT_OF_MEMORY
-                    } else {
-                        err::UNKNOWN
-                    }
+                    if e.raw_os_error() == Some(sys::ENOMEM) { err::OUT_OF_MEMORY } else { err::UNKNOWN }
                 })?;
                 Backing::Gpusim { va, len }
             }
             Backend::Host => {
                 self.host_reserve(len)?;
-                let b = if self.cfg.dmabuf {
-                    host_map_memfd(len)
-                } else {
-                    host_map_anon(len)
-                };
+                let b = if self.cfg.dmabuf { host_map_memfd(len) } else { host_map_anon(len) };
                 match b {
                     Ok(b) => b,
                     Err(e) => {
@@ -785,25 +669,13 @@ impl Driver {
             _ => unreachable!(),
         };
         let mut t = self.tables();
-        self.insert_range(
-            &mut t,
-            base,
-            size,
-            Kind::Device,
-            c.handle,
-            c.device,
-            0,
-            backing,
-        );
+        self.insert_range(&mut t, base, size, Kind::Device, c.handle, c.device, 0, backing);
         Ok(base)
     }
 
     fn host_reserve(&self, len: u64) -> R<()> {
         let mut t = self.tables();
-        if t.host_used
-            .checked_add(len)
-            .is_none_or(|u| u > self.cfg.host_mem)
-        {
+        if t.host_used.checked_add(len).is_none_or(|u| u > self.cfg.host_mem) {
             crate::log!(
                 "out of simulated device memory ({len:#x} bytes asked, CUDASIM_MEM_SIZE={:#x})",
                 self.cfg.host_mem
@@ -858,22 +730,14 @@ impl Driver {
                     crate::log!("gpusim free of {va:#x} failed: {e}");
                 }
             }
-            Backing::Vmm {
-                phys,
-                offset: _,
-                len,
-            } => self.vmm_unmap_one(r.base, len, phys),
+            Backing::Vmm { phys, offset: _, len } => self.vmm_unmap_one(r.base, len, phys),
         }
     }
 
     /// cuMemAllocHost / cuMemHostAlloc: page-aligned host memory, also a device pointer.
     pub fn host_alloc(&self, size: u64, flags: u32) -> R<u64> {
         if size == 0
-            || flags
-                & !(CU_MEMHOSTALLOC_PORTABLE
-                    | CU_MEMHOSTALLOC_DEVICEMAP
-                    | CU_MEMHOSTALLOC_WRITECOMBINED)
-                != 0
+            || flags & !(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED) != 0
         {
             return Err(err::INVALID_VALUE);
         }
@@ -944,21 +808,12 @@ impl Driver {
         let r = t.find(ptr).ok_or(err::INVALID_VALUE)?;
         let (fd, maplen) = match (&r.backing, r.base == ptr) {
             (Backing::Memfd { fd, len, .. }, true) => (Arc::clone(fd), *len),
-            (
-                Backing::Vmm {
-                    phys,
-                    offset: 0,
-                    len,
-                },
-                true,
-            ) => match t.phys.get(phys).and_then(|p| p.fd.clone()) {
+            (Backing::Vmm { phys, offset: 0, len }, true) => match t.phys.get(phys).and_then(|p| p.fd.clone()) {
                 Some(fd) => (fd, *len),
                 None => return Err(err::INVALID_VALUE),
             },
             _ => {
-                crate::log!(
-                    "dma-buf export of {ptr:#x}: only whole allocations from their base are supported"
-                );
+                crate::log!("dma-buf export of {ptr:#x}: only whole allocations from their base are supported");
                 return Err(err::INVALID_VALUE);
             }
         };
@@ -974,9 +829,7 @@ impl Driver {
     // ----- virtual memory management --------------------------------------------------------
 
     pub fn vmm_create(&self, size: u64, prop: &CUmemAllocationProp) -> R<u64> {
-        if prop.type_ != CU_MEM_ALLOCATION_TYPE_PINNED
-            || prop.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE
-        {
+        if prop.type_ != CU_MEM_ALLOCATION_TYPE_PINNED || prop.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
             crate::log!("cuMemCreate: only pinned device allocations are simulated");
             return Err(if prop.type_ == CU_MEM_ALLOCATION_TYPE_PINNED {
                 err::NOT_SUPPORTED
@@ -1006,26 +859,13 @@ impl Driver {
             Backend::Gpusim(_) => None,
         };
         let h = new_handle(TAG_PHYS);
-        self.tables().phys.insert(
-            h,
-            Phys {
-                size,
-                prop: *prop,
-                fd,
-                maps: 0,
-                released: false,
-            },
-        );
+        self.tables().phys.insert(h, Phys { size, prop: *prop, fd, maps: 0, released: false });
         Ok(h)
     }
 
     pub fn vmm_release(&self, h: u64) -> R<()> {
         let mut t = self.tables();
-        let p = t
-            .phys
-            .get_mut(&h)
-            .filter(|p| !p.released)
-            .ok_or(err::INVALID_VALUE)?;
+        let p = t.phys.get_mut(&h).filter(|p| !p.released).ok_or(err::INVALID_VALUE)?;
         p.released = true;
         if p.maps == 0 {
             let p = t.phys.remove(&h).expect("present");
@@ -1042,11 +882,7 @@ impl Driver {
     }
 
     pub fn vmm_reserve(&self, size: u64, align: u64, hint: u64, flags: u64) -> R<u64> {
-        if size == 0
-            || size % GPU_PAGE != 0
-            || flags != 0
-            || (align != 0 && !align.is_power_of_two())
-        {
+        if size == 0 || size % GPU_PAGE != 0 || flags != 0 || (align != 0 && !align.is_power_of_two()) {
             return Err(err::INVALID_VALUE);
         }
         let align = align.max(GPU_PAGE);
@@ -1061,24 +897,13 @@ impl Driver {
                             hint,
                             size,
                             sys::PROT_NONE,
-                            sys::MAP_PRIVATE
-                                | sys::MAP_ANONYMOUS
-                                | sys::MAP_NORESERVE
-                                | sys::MAP_FIXED_NOREPLACE,
+                            sys::MAP_PRIVATE | sys::MAP_ANONYMOUS | sys::MAP_NORESERVE | sys::MAP_FIXED_NOREPLACE,
                             -1,
                             0,
                         )
                     };
                     match r {
-                        Ok(a) if a == hint => {
-                            got = Some((
-                                hint,
-                                ResBacking::Host {
-                                    addr: hint,
-                                    len: size,
-                                },
-                            ))
-                        }
+                        Ok(a) if a == hint => got = Some((hint, ResBacking::Host { addr: hint, len: size })),
                         // SAFETY: `a` is the mapping just created, referenced by nothing.
                         Ok(a) => drop(unsafe { sys::unmap(a, size) }),
                         Err(_) => {}
@@ -1087,17 +912,11 @@ impl Driver {
                 match got {
                     Some(g) => g,
                     None => {
-                        let raw = sys::mmap_anon(len, sys::PROT_NONE, sys::MAP_NORESERVE)
-                            .map_err(|_| err::OUT_OF_MEMORY)?;
+                        let raw =
+                            sys::mmap_anon(len, sys::PROT_NONE, sys::MAP_NORESERVE).map_err(|_| err::OUT_OF_MEMORY)?;
                         let base = round_up(raw, align).expect("within the mapping");
                         trim(raw, len, base, size);
-                        (
-                            base,
-                            ResBacking::Host {
-                                addr: base,
-                                len: size,
-                            },
-                        )
+                        (base, ResBacking::Host { addr: base, len: size })
                     }
                 }
             }
@@ -1105,9 +924,7 @@ impl Driver {
                 // The reservation is backed by a gpusim allocation so that its addresses are
                 // real GPU VAs (what gdrdrv pins); see docs/cudasim.md for the consequence.
                 if align > GPU_PAGE {
-                    crate::log!(
-                        "cuMemAddressReserve: alignment {align:#x} > 64 KiB is not simulated with gpusim"
-                    );
+                    crate::log!("cuMemAddressReserve: alignment {align:#x} > 64 KiB is not simulated with gpusim");
                     return Err(err::NOT_SUPPORTED);
                 }
                 let va = g.alloc(size).map_err(|e| {
@@ -1117,14 +934,7 @@ impl Driver {
                 (va, ResBacking::Gpusim { va })
             }
         };
-        self.tables().reserves.insert(
-            base,
-            Reserve {
-                base,
-                size,
-                backing,
-            },
-        );
+        self.tables().reserves.insert(base, Reserve { base, size, backing });
         Ok(base)
     }
 
@@ -1153,21 +963,12 @@ impl Driver {
     }
 
     pub fn vmm_map(&self, ptr: u64, size: u64, offset: u64, h: u64, flags: u64) -> R<()> {
-        if flags != 0
-            || size == 0
-            || ptr % GPU_PAGE != 0
-            || size % GPU_PAGE != 0
-            || offset % GPU_PAGE != 0
-        {
+        if flags != 0 || size == 0 || ptr % GPU_PAGE != 0 || size % GPU_PAGE != 0 || offset % GPU_PAGE != 0 {
             return Err(err::INVALID_VALUE);
         }
         let end = ptr.checked_add(size).ok_or(err::INVALID_VALUE)?;
         let mut t = self.tables();
-        let inside = t
-            .reserves
-            .range(..=ptr)
-            .next_back()
-            .is_some_and(|(_, r)| end <= r.base + r.size);
+        let inside = t.reserves.range(..=ptr).next_back().is_some_and(|(_, r)| end <= r.base + r.size);
         if !inside {
             crate::log!("cuMemMap: {ptr:#x}+{size:#x} is not inside a reservation");
             return Err(err::INVALID_VALUE);
@@ -1175,11 +976,7 @@ impl Driver {
         if t.overlaps_any(ptr, end) {
             return Err(err::ALREADY_MAPPED);
         }
-        let p = t
-            .phys
-            .get(&h)
-            .filter(|p| !p.released)
-            .ok_or(err::INVALID_HANDLE)?;
+        let p = t.phys.get(&h).filter(|p| !p.released).ok_or(err::INVALID_HANDLE)?;
         if offset.checked_add(size).is_none_or(|e| e > p.size) {
             return Err(err::INVALID_VALUE);
         }
@@ -1188,26 +985,15 @@ impl Driver {
             (Backend::Host, Some(fd)) => {
                 // SAFETY: [ptr, end) lies in our PROT_NONE reservation with no mapping inside
                 // (checked above), so replacing it affects nothing else.
-                unsafe {
-                    sys::mmap_raw(
-                        ptr,
-                        size,
-                        sys::PROT_NONE,
-                        sys::MAP_SHARED | sys::MAP_FIXED,
-                        fd.0,
-                        offset,
-                    )
-                }
-                .map_err(|e| {
-                    crate::log!("cuMemMap: mmap failed: {e}");
-                    err::OUT_OF_MEMORY
-                })?;
+                unsafe { sys::mmap_raw(ptr, size, sys::PROT_NONE, sys::MAP_SHARED | sys::MAP_FIXED, fd.0, offset) }
+                    .map_err(|e| {
+                        crate::log!("cuMemMap: mmap failed: {e}");
+                        err::OUT_OF_MEMORY
+                    })?;
             }
             (Backend::Gpusim(g), _) => {
                 if p.maps > 0 || offset != 0 {
-                    crate::log!(
-                        "cuMemMap: with gpusim an allocation handle can be mapped once, at offset 0"
-                    );
+                    crate::log!("cuMemMap: with gpusim an allocation handle can be mapped once, at offset 0");
                     return Err(err::NOT_SUPPORTED);
                 }
                 g.map(ptr, size).map_err(|e| {
@@ -1220,20 +1006,7 @@ impl Driver {
             (Backend::Host, None) => return Err(err::INVALID_HANDLE),
         }
         t.phys.get_mut(&h).expect("present").maps += 1;
-        self.insert_range(
-            &mut t,
-            ptr,
-            size,
-            Kind::Vmm,
-            0,
-            device,
-            0,
-            Backing::Vmm {
-                phys: h,
-                offset,
-                len: size,
-            },
-        );
+        self.insert_range(&mut t, ptr, size, Kind::Vmm, 0, device, 0, Backing::Vmm { phys: h, offset, len: size });
         Ok(())
     }
 
@@ -1241,8 +1014,7 @@ impl Driver {
         let end = ptr.checked_add(size).ok_or(err::INVALID_VALUE)?;
         let mut t = self.tables();
         let bases: Vec<u64> = t.ranges.range(ptr..end).map(|(b, _)| *b).collect();
-        let straddles = t.find(ptr).is_some_and(|r| r.base < ptr)
-            || t.find(end - 1).is_some_and(|r| r.end() > end);
+        let straddles = t.find(ptr).is_some_and(|r| r.base < ptr) || t.find(end - 1).is_some_and(|r| r.end() > end);
         if bases.is_empty() || straddles || bases.iter().any(|b| t.ranges[b].kind != Kind::Vmm) {
             return Err(err::INVALID_VALUE);
         }
@@ -1297,12 +1069,8 @@ impl Driver {
                 return Err(err::INVALID_VALUE);
             }
             self.check_device(d.location.id)?;
-            if ![
-                CU_MEM_ACCESS_FLAGS_PROT_NONE,
-                CU_MEM_ACCESS_FLAGS_PROT_READ,
-                CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-            ]
-            .contains(&d.flags)
+            if ![CU_MEM_ACCESS_FLAGS_PROT_NONE, CU_MEM_ACCESS_FLAGS_PROT_READ, CU_MEM_ACCESS_FLAGS_PROT_READWRITE]
+                .contains(&d.flags)
             {
                 return Err(err::INVALID_VALUE);
             }
@@ -1372,19 +1140,11 @@ fn host_map_memfd(len: u64) -> R<Backing> {
         crate::log!("memfd of {len:#x} bytes failed: {e}");
         err::OUT_OF_MEMORY
     })?;
-    let raw = sys::mmap_anon(len + GPU_PAGE, sys::PROT_NONE, sys::MAP_NORESERVE)
-        .map_err(|_| err::OUT_OF_MEMORY)?;
+    let raw = sys::mmap_anon(len + GPU_PAGE, sys::PROT_NONE, sys::MAP_NORESERVE).map_err(|_| err::OUT_OF_MEMORY)?;
     let base = round_up(raw, GPU_PAGE).expect("within the mapping");
     // SAFETY: [base, base+len) lies inside the PROT_NONE reservation just made.
     let r = unsafe {
-        sys::mmap_raw(
-            base,
-            len,
-            sys::PROT_READ | sys::PROT_WRITE,
-            sys::MAP_SHARED | sys::MAP_FIXED,
-            fd.0,
-            0,
-        )
+        sys::mmap_raw(base, len, sys::PROT_READ | sys::PROT_WRITE, sys::MAP_SHARED | sys::MAP_FIXED, fd.0, 0)
     };
     if let Err(e) = r {
         // SAFETY: our own reservation, unused.
@@ -1393,9 +1153,5 @@ fn host_map_memfd(len: u64) -> R<Backing> {
         return Err(err::OUT_OF_MEMORY);
     }
     trim(raw, len + GPU_PAGE, base, len);
-    Ok(Backing::Memfd {
-        fd: Arc::new(fd),
-        addr: base,
-        len,
-    })
+    Ok(Backing::Memfd { fd: Arc::new(fd), addr: base, len })
 }

@@ -51,9 +51,7 @@ pub struct Gpusim {
 
 impl Gpusim {
     pub fn open() -> io::Result<Gpusim> {
-        Ok(Gpusim {
-            fd: sys::open_rdwr(DEVICE_PATH)?,
-        })
+        Ok(Gpusim { fd: sys::open_rdwr(DEVICE_PATH)? })
     }
 
     pub fn info(&self) -> io::Result<Info> {
@@ -78,11 +76,7 @@ impl Gpusim {
 
     /// Allocates GPU memory without mapping it.
     pub fn alloc(&self, len: u64) -> io::Result<u64> {
-        let mut a = Alloc {
-            size: len,
-            flags: 0,
-            gpu_va: 0,
-        };
+        let mut a = Alloc { size: len, flags: 0, gpu_va: 0 };
         // SAFETY: `a` is a live gpusim_alloc, the size encoded in IOC_ALLOC.
         unsafe { sys::ioctl_ptr(self.fd.0, IOC_ALLOC, &mut a) }?;
         Ok(a.gpu_va)
@@ -93,16 +87,7 @@ impl Gpusim {
         let flags = sys::MAP_SHARED | sys::MAP_FIXED_NOREPLACE;
         // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; the range is in
         // gpusim's GPU VA window, which nothing else in this process uses.
-        let got = unsafe {
-            sys::mmap_raw(
-                va,
-                len,
-                sys::PROT_READ | sys::PROT_WRITE,
-                flags,
-                self.fd.0,
-                va,
-            )
-        }?;
+        let got = unsafe { sys::mmap_raw(va, len, sys::PROT_READ | sys::PROT_WRITE, flags, self.fd.0, va) }?;
         if got != va {
             // Kernels before 4.17 treat the flag as a hint: undo and report.
             // SAFETY: `got` is the mapping just created, referenced by nothing.

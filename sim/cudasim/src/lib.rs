@@ -26,12 +26,7 @@ pub(crate) use log;
 /// CUDASIM_LOG: 0 (default) silent, 1 failures and refusals, 2 also every successful call.
 pub(crate) fn log_level() -> u32 {
     static LEVEL: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *LEVEL.get_or_init(|| {
-        std::env::var("CUDASIM_LOG")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    })
+    *LEVEL.get_or_init(|| std::env::var("CUDASIM_LOG").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0))
 }
 
 pub(crate) fn log_enabled() -> bool {

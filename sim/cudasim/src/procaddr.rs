@@ -4,9 +4,7 @@
 //! exported NOT_SUPPORTED stubs are deliberately absent, so probing consumers see "not found".
 
 use crate::capi::*;
-use crate::types::{
-    CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT,
-};
+use crate::types::{CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT};
 use std::ffi::c_void;
 
 macro_rules! table {
@@ -128,15 +126,8 @@ unsafe impl Sync for Table {}
 pub fn lookup(name: &str, version: i32) -> Result<*mut c_void, u32> {
     static T: std::sync::OnceLock<Table> = std::sync::OnceLock::new();
     let t = T.get_or_init(|| Table(entries()));
-    let (_, vs) =
-        t.0.iter()
-            .find(|(n, _)| *n == name)
-            .ok_or(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)?;
-    vs.iter()
-        .rev()
-        .find(|(v, _)| *v <= version)
-        .map(|(_, f)| *f)
-        .ok_or(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
+    let (_, vs) = t.0.iter().find(|(n, _)| *n == name).ok_or(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)?;
+    vs.iter().rev().find(|(v, _)| *v <= version).map(|(_, f)| *f).ok_or(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
 }
 
 #[cfg(test)]
@@ -145,42 +136,15 @@ mod tests {
 
     #[test]
     fn versioned_names_resolve_by_version() {
-        assert_eq!(
-            lookup("cuMemAlloc", 13000),
-            Ok(cuMemAlloc_v2 as *mut c_void)
-        );
-        assert_eq!(
-            lookup("cuMemAlloc", 3000),
-            Err(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
-        );
-        assert_eq!(
-            lookup("cuCtxDestroy", 3020),
-            Ok(cuCtxDestroy as *mut c_void)
-        );
-        assert_eq!(
-            lookup("cuCtxDestroy", 4000),
-            Ok(cuCtxDestroy_v2 as *mut c_void)
-        );
-        assert_eq!(
-            lookup("cuDevicePrimaryCtxRelease", 13030),
-            Ok(cuDevicePrimaryCtxRelease_v2 as *mut c_void)
-        );
-        assert_eq!(
-            lookup("cuStreamBatchMemOp", 11060),
-            Ok(cuStreamBatchMemOp as *mut c_void)
-        );
-        assert_eq!(
-            lookup("cuStreamBatchMemOp", 12000),
-            Ok(cuStreamBatchMemOp_v2 as *mut c_void)
-        );
-        assert_eq!(
-            lookup("cuLaunchKernel", 13000),
-            Err(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)
-        );
-        assert_eq!(
-            lookup("cuMemAlloc_v2", 13000),
-            Err(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)
-        );
+        assert_eq!(lookup("cuMemAlloc", 13000), Ok(cuMemAlloc_v2 as *mut c_void));
+        assert_eq!(lookup("cuMemAlloc", 3000), Err(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT));
+        assert_eq!(lookup("cuCtxDestroy", 3020), Ok(cuCtxDestroy as *mut c_void));
+        assert_eq!(lookup("cuCtxDestroy", 4000), Ok(cuCtxDestroy_v2 as *mut c_void));
+        assert_eq!(lookup("cuDevicePrimaryCtxRelease", 13030), Ok(cuDevicePrimaryCtxRelease_v2 as *mut c_void));
+        assert_eq!(lookup("cuStreamBatchMemOp", 11060), Ok(cuStreamBatchMemOp as *mut c_void));
+        assert_eq!(lookup("cuStreamBatchMemOp", 12000), Ok(cuStreamBatchMemOp_v2 as *mut c_void));
+        assert_eq!(lookup("cuLaunchKernel", 13000), Err(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND));
+        assert_eq!(lookup("cuMemAlloc_v2", 13000), Err(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND));
         // Every base name resolves at the newest version.
         for n in NAMES {
             assert!(lookup(n, 13000).is_ok(), "{n}");

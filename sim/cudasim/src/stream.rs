@@ -74,9 +74,7 @@ impl Op {
     /// True when the operation accesses memory in `[lo, hi)`.
     fn touches(&self, lo: u64, hi: u64) -> bool {
         match self {
-            Op::Copy { dst, src, len } => {
-                overlap(*dst, *len, lo, hi) || overlap(*src, *len, lo, hi)
-            }
+            Op::Copy { dst, src, len } => overlap(*dst, *len, lo, hi) || overlap(*src, *len, lo, hi),
             Op::Fill { dst, count, elem } => overlap(*dst, count * elem.size(), lo, hi),
             Op::Write32 { addr, .. } | Op::Wait32 { addr, .. } => overlap(*addr, 4, lo, hi),
             Op::Write64 { addr, .. } | Op::Wait64 { addr, .. } => overlap(*addr, 8, lo, hi),
@@ -156,9 +154,7 @@ impl Stream {
             timeout,
         });
         let w = Arc::clone(&s);
-        std::thread::Builder::new()
-            .name(format!("cudasim-stream-{handle:x}"))
-            .spawn(move || w.worker())?;
+        std::thread::Builder::new().name(format!("cudasim-stream-{handle:x}")).spawn(move || w.worker())?;
         Ok(s)
     }
 
@@ -224,8 +220,7 @@ impl Stream {
     pub fn wait_untouched(&self, lo: u64, hi: u64) {
         let mut q = lock(&self.q);
         loop {
-            let busy = q.running.iter().any(|&(a, n)| overlap(a, n, lo, hi))
-                || q.ops.iter().any(|o| o.touches(lo, hi));
+            let busy = q.running.iter().any(|&(a, n)| overlap(a, n, lo, hi)) || q.ops.iter().any(|o| o.touches(lo, hi));
             if !busy || q.exited {
                 return;
             }
@@ -298,40 +293,22 @@ impl Stream {
             Op::Copy { dst, src, len } => unsafe { exec::copy(*dst, *src, *len) },
             // SAFETY: see above; alignment checked at enqueue.
             Op::Fill { dst, count, elem } => unsafe { exec::fill(*dst, *count, *elem) },
-            Op::Write32 {
-                addr,
-                value,
-                barrier,
-            } => {
+            Op::Write32 { addr, value, barrier } => {
                 // SAFETY: see above; 4-byte alignment checked at enqueue.
                 unsafe { exec::store32(*addr, *value, *barrier) }
             }
-            Op::Write64 {
-                addr,
-                value,
-                barrier,
-            } => {
+            Op::Write64 { addr, value, barrier } => {
                 // SAFETY: see above; 8-byte alignment checked at enqueue.
                 unsafe { exec::store64(*addr, *value, *barrier) }
             }
-            Op::Wait32 {
-                addr,
-                value,
-                cond,
-                flush,
-            } => {
+            Op::Wait32 { addr, value, cond, flush } => {
                 // SAFETY: see above.
                 self.spin_until(|| exec::cond32(unsafe { exec::load32(*addr) }, *value, *cond))?;
                 if *flush {
                     fence(Ordering::SeqCst);
                 }
             }
-            Op::Wait64 {
-                addr,
-                value,
-                cond,
-                flush,
-            } => {
+            Op::Wait64 { addr, value, cond, flush } => {
                 // SAFETY: see above.
                 self.spin_until(|| exec::cond64(unsafe { exec::load64(*addr) }, *value, *cond))?;
                 if *flush {
@@ -339,9 +316,7 @@ impl Stream {
                 }
             }
             Op::Fence => fence(Ordering::SeqCst),
-            Op::WaitEvent { ev, generation } => {
-                ev.wait_gen(*generation, &self.abort, self.timeout)?
-            }
+            Op::WaitEvent { ev, generation } => ev.wait_gen(*generation, &self.abort, self.timeout)?,
             Op::HostFn { f, data } => {
                 // SAFETY: user-registered host function and its argument (cuLaunchHostFunc).
                 unsafe { f(*data as *mut c_void) }
@@ -378,10 +353,7 @@ impl Stream {
                     return Err(err::CONTEXT_IS_DESTROYED);
                 }
                 if self.timeout.is_some_and(|t| start.elapsed() > t) {
-                    crate::log!(
-                        "stream {:#x}: wait timed out, stream now in error",
-                        self.handle
-                    );
+                    crate::log!("stream {:#x}: wait timed out, stream now in error", self.handle);
                     return Err(err::LAUNCH_TIMEOUT);
                 }
             }
@@ -411,11 +383,7 @@ impl Event {
             handle,
             ctx,
             flags,
-            st: Mutex::new(EvState {
-                recorded: 0,
-                completed: 0,
-                time: None,
-            }),
+            st: Mutex::new(EvState { recorded: 0, completed: 0, time: None }),
             cv: Condvar::new(),
         }
     }
@@ -444,11 +412,7 @@ impl Event {
 
     pub fn query(&self) -> CUresult {
         let s = lock(&self.st);
-        if s.completed >= s.recorded {
-            err::SUCCESS
-        } else {
-            err::NOT_READY
-        }
+        if s.completed >= s.recorded { err::SUCCESS } else { err::NOT_READY }
     }
 
     pub fn synchronize(&self) {
@@ -459,12 +423,7 @@ impl Event {
         }
     }
 
-    fn wait_gen(
-        &self,
-        generation: u64,
-        abort: &AtomicBool,
-        timeout: Option<Duration>,
-    ) -> Result<(), CUresult> {
+    fn wait_gen(&self, generation: u64, abort: &AtomicBool, timeout: Option<Duration>) -> Result<(), CUresult> {
         let start = Instant::now();
         let mut s = lock(&self.st);
         while s.completed < generation {
@@ -474,11 +433,7 @@ impl Event {
             if timeout.is_some_and(|t| start.elapsed() > t) {
                 return Err(err::LAUNCH_TIMEOUT);
             }
-            s = self
-                .cv
-                .wait_timeout(s, Duration::from_millis(5))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            s = self.cv.wait_timeout(s, Duration::from_millis(5)).unwrap_or_else(|p| p.into_inner()).0;
         }
         Ok(())
     }

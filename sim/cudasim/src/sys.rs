@@ -25,14 +25,7 @@ pub const ENOMEM: i32 = 12;
 pub const EEXIST: i32 = 17;
 
 unsafe extern "C" {
-    fn mmap(
-        addr: *mut c_void,
-        len: usize,
-        prot: c_int,
-        flags: c_int,
-        fd: c_int,
-        off: i64,
-    ) -> *mut c_void;
+    fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> *mut c_void;
     fn munmap(addr: *mut c_void, len: usize) -> c_int;
     fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int;
     fn mincore(addr: *mut c_void, len: usize, vec: *mut u8) -> c_int;
@@ -47,11 +40,7 @@ unsafe extern "C" {
 }
 
 fn check(rc: c_int) -> io::Result<c_int> {
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(rc)
-    }
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc) }
 }
 
 pub fn pid() -> u32 {
@@ -71,45 +60,16 @@ pub fn page_size() -> u64 {
 /// # Safety
 /// With `MAP_FIXED` the range `[addr, addr+len)` is replaced: the caller must own it (no Rust
 /// object or other component may live there).
-pub unsafe fn mmap_raw(
-    addr: u64,
-    len: u64,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: u64,
-) -> io::Result<u64> {
+pub unsafe fn mmap_raw(addr: u64, len: u64, prot: c_int, flags: c_int, fd: c_int, off: u64) -> io::Result<u64> {
     // SAFETY: forwarded contract; the kernel validates the arguments.
-    let p = unsafe {
-        mmap(
-            addr as *mut c_void,
-            len as usize,
-            prot,
-            flags,
-            fd,
-            off as i64,
-        )
-    };
-    if p == MAP_FAILED {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(p as u64)
-    }
+    let p = unsafe { mmap(addr as *mut c_void, len as usize, prot, flags, fd, off as i64) };
+    if p == MAP_FAILED { Err(io::Error::last_os_error()) } else { Ok(p as u64) }
 }
 
 /// Anonymous mapping anywhere (never replaces anything).
 pub fn mmap_anon(len: u64, prot: c_int, extra_flags: c_int) -> io::Result<u64> {
     // SAFETY: addr 0 without MAP_FIXED: the kernel picks a free range, nothing is replaced.
-    unsafe {
-        mmap_raw(
-            0,
-            len,
-            prot,
-            MAP_PRIVATE | MAP_ANONYMOUS | extra_flags,
-            -1,
-            0,
-        )
-    }
+    unsafe { mmap_raw(0, len, prot, MAP_PRIVATE | MAP_ANONYMOUS | extra_flags, -1, 0) }
 }
 
 /// # Safety
@@ -137,13 +97,7 @@ pub fn is_mapped(addr: u64, len: u64) -> bool {
     let mut vec = vec![0u8; pages.max(1)];
     // SAFETY: mincore only reads the page tables and writes `pages` bytes into vec, which has
     // at least that many.
-    let rc = unsafe {
-        mincore(
-            start as *mut c_void,
-            (end - start) as usize,
-            vec.as_mut_ptr(),
-        )
-    };
+    let rc = unsafe { mincore(start as *mut c_void, (end - start) as usize, vec.as_mut_ptr()) };
     rc == 0
 }
 
@@ -157,9 +111,7 @@ pub fn memfd(name: &CStr, len: u64) -> io::Result<Fd> {
 
 pub fn open_rdwr(path: &CStr) -> io::Result<Fd> {
     // SAFETY: path is a valid NUL-terminated string.
-    Ok(Fd(check(unsafe {
-        open(path.as_ptr(), O_RDWR | O_CLOEXEC)
-    })?))
+    Ok(Fd(check(unsafe { open(path.as_ptr(), O_RDWR | O_CLOEXEC) })?))
 }
 
 /// ioctl with a pointer argument.

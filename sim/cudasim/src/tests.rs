@@ -12,12 +12,7 @@ use std::time::{Duration, Instant};
 
 #[track_caller]
 fn ok(r: CUresult) {
-    assert_eq!(
-        r,
-        err::SUCCESS,
-        "expected CUDA_SUCCESS, got {}",
-        error_entry(r).map_or("?", |e| e.1)
-    );
+    assert_eq!(r, err::SUCCESS, "expected CUDA_SUCCESS, got {}", error_entry(r).map_or("?", |e| e.1));
 }
 
 fn setup() -> CUcontext {
@@ -72,10 +67,7 @@ fn drain_and_free(s: CUstream, p: CUdeviceptr) {
 fn eventually(what: &str, f: impl Fn() -> bool) {
     let t = Instant::now();
     while !f() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "timed out waiting for {what}"
-        );
+        assert!(t.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
         std::thread::sleep(Duration::from_micros(200));
     }
 }
@@ -105,10 +97,7 @@ fn devices_and_attributes() {
         assert_eq!(cuDeviceGet(null_mut(), 0), err::INVALID_VALUE);
         let mut name = [0i8; 64];
         ok(cuDeviceGetName(name.as_mut_ptr(), 64, 0));
-        assert_eq!(
-            CStr::from_ptr(name.as_ptr()).to_str().unwrap(),
-            "cudasim GPU"
-        );
+        assert_eq!(CStr::from_ptr(name.as_ptr()).to_str().unwrap(), "cudasim GPU");
         ok(cuDeviceGetName(name.as_mut_ptr(), 4, 0));
         assert_eq!(CStr::from_ptr(name.as_ptr()).to_str().unwrap(), "cud");
         let get = |a| {
@@ -125,10 +114,7 @@ fn devices_and_attributes() {
         for a in [92, 93, 94] {
             assert_eq!(get(a), (0, 0), "attribute {a}");
         }
-        assert_eq!(
-            get(attr::PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES),
-            (0, 0)
-        );
+        assert_eq!(get(attr::PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES), (0, 0));
         assert_eq!(get(0).0, err::INVALID_VALUE);
         assert_eq!(get(100_000).0, err::INVALID_VALUE);
         assert_eq!(cuDeviceGetAttribute(&mut 0, 75, 99), err::INVALID_DEVICE);
@@ -143,10 +129,7 @@ fn devices_and_attributes() {
         let mut back = -1;
         ok(cuDeviceGetByPCIBusId(&mut back, bus.as_ptr()));
         assert_eq!(back, 0);
-        assert_eq!(
-            cuDeviceGetByPCIBusId(&mut back, c"ffff:ff:1f.0".as_ptr()),
-            err::INVALID_DEVICE
-        );
+        assert_eq!(cuDeviceGetByPCIBusId(&mut back, c"ffff:ff:1f.0".as_ptr()), err::INVALID_DEVICE);
     }
 }
 
@@ -156,10 +139,7 @@ fn error_names_and_strings() {
     unsafe {
         let mut s: *const i8 = null_mut();
         ok(cuGetErrorName(801, &mut s));
-        assert_eq!(
-            CStr::from_ptr(s).to_str().unwrap(),
-            "CUDA_ERROR_NOT_SUPPORTED"
-        );
+        assert_eq!(CStr::from_ptr(s).to_str().unwrap(), "CUDA_ERROR_NOT_SUPPORTED");
         ok(cuGetErrorName(0, &mut s));
         assert_eq!(CStr::from_ptr(s).to_str().unwrap(), "CUDA_SUCCESS");
         ok(cuGetErrorString(1, &mut s));
@@ -199,11 +179,7 @@ fn context_stack() {
         assert_eq!(cuCtxDestroy_v2(mine), err::INVALID_CONTEXT);
         assert_eq!(cuCtxSetCurrent(mine), err::INVALID_CONTEXT);
         assert_eq!(cuCtxPushCurrent_v2(null_mut()), err::INVALID_CONTEXT);
-        assert_eq!(
-            cuCtxDestroy_v2(prim),
-            err::INVALID_CONTEXT,
-            "primary contexts are not destroyed by cuCtxDestroy"
-        );
+        assert_eq!(cuCtxDestroy_v2(prim), err::INVALID_CONTEXT, "primary contexts are not destroyed by cuCtxDestroy");
         ok(cuFlushGPUDirectRDMAWrites(0, 100));
         ok(cuFlushGPUDirectRDMAWrites(0, 200));
         assert_eq!(cuFlushGPUDirectRDMAWrites(1, 100), err::INVALID_VALUE);
@@ -258,31 +234,18 @@ fn alloc_copy_memset_free() {
         ok(cuMemsetD32_v2(q, 0x1234_5678, 4));
         ok(cuMemcpy(host.as_mut_ptr() as u64, q, 16));
         assert_eq!(&host[..16], &0x1234_5678u32.to_ne_bytes().repeat(4)[..]);
-        assert_eq!(
-            cuMemsetD32_v2(q + 2, 0, 1),
-            err::INVALID_VALUE,
-            "misaligned D32"
-        );
+        assert_eq!(cuMemsetD32_v2(q + 2, 0, 1), err::INVALID_VALUE, "misaligned D32");
         ok(cuMemsetD16_v2(q + 2, 0xbeef, 1));
         // Out of range and unknown pointers.
-        assert_eq!(
-            cuMemcpyHtoD_v2(p + n as u64 - 4, src.as_ptr() as *const c_void, 8),
-            err::INVALID_VALUE
-        );
-        assert_eq!(
-            cuMemcpyDtoH_v2(host.as_mut_ptr() as *mut c_void, 0x1000, 8),
-            err::INVALID_VALUE
-        );
+        assert_eq!(cuMemcpyHtoD_v2(p + n as u64 - 4, src.as_ptr() as *const c_void, 8), err::INVALID_VALUE);
+        assert_eq!(cuMemcpyDtoH_v2(host.as_mut_ptr() as *mut c_void, 0x1000, 8), err::INVALID_VALUE);
         assert_eq!(cuMemsetD8_v2(0, 0, 8), err::INVALID_VALUE);
         ok(cuMemcpyHtoD_v2(p, src.as_ptr() as *const c_void, 0));
         // Address range.
         let (mut base, mut size) = (0, 0);
         ok(cuMemGetAddressRange_v2(&mut base, &mut size, p + 1234));
         assert_eq!((base, size), (p, n));
-        assert_eq!(
-            cuMemGetAddressRange_v2(&mut base, &mut size, 0x10),
-            err::NOT_FOUND
-        );
+        assert_eq!(cuMemGetAddressRange_v2(&mut base, &mut size, 0x10), err::NOT_FOUND);
         // Free: interior pointer and double free are invalid.
         assert_eq!(cuMemFree_v2(p + 64), err::INVALID_VALUE);
         ok(cuMemFree_v2(p));
@@ -312,39 +275,20 @@ fn host_memory_alloc_and_register() {
             CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED | CU_MEMHOSTALLOC_PORTABLE,
         ));
         let mut dp = 0;
-        ok(cuMemHostGetDevicePointer_v2(
-            &mut dp,
-            (h as *mut u8).add(100) as *mut c_void,
-            0,
-        ));
+        ok(cuMemHostGetDevicePointer_v2(&mut dp, (h as *mut u8).add(100) as *mut c_void, 0));
         assert_eq!(dp, h as u64 + 100);
-        assert_eq!(
-            cuMemHostGetDevicePointer_v2(&mut dp, h, 1),
-            err::INVALID_VALUE
-        );
+        assert_eq!(cuMemHostGetDevicePointer_v2(&mut dp, h, 1), err::INVALID_VALUE);
         let mut ty = 0u32;
-        ok(cuPointerGetAttribute(
-            &mut ty as *mut u32 as *mut c_void,
-            ptr_attr::MEMORY_TYPE,
-            h as u64,
-        ));
+        ok(cuPointerGetAttribute(&mut ty as *mut u32 as *mut c_void, ptr_attr::MEMORY_TYPE, h as u64));
         assert_eq!(ty, CU_MEMORYTYPE_HOST);
         let mut hp: *mut c_void = null_mut();
-        ok(cuPointerGetAttribute(
-            &mut hp as *mut _ as *mut c_void,
-            ptr_attr::HOST_POINTER,
-            h as u64 + 8,
-        ));
+        ok(cuPointerGetAttribute(&mut hp as *mut _ as *mut c_void, ptr_attr::HOST_POINTER, h as u64 + 8));
         assert_eq!(hp as u64, h as u64 + 8);
         let mut flags = 0;
         ok(cuMemHostGetFlags(&mut flags, h));
         assert_eq!(flags & 7, 7);
         assert_eq!(cuMemHostAlloc(&mut h, 16, 0x80), err::INVALID_VALUE);
-        assert_eq!(
-            cuMemFree_v2(h as u64),
-            err::INVALID_VALUE,
-            "cuMemFree does not free host memory"
-        );
+        assert_eq!(cuMemFree_v2(h as u64), err::INVALID_VALUE, "cuMemFree does not free host memory");
         ok(cuMemFreeHost(h));
         assert_eq!(cuMemFreeHost(h), err::INVALID_VALUE);
         let mut h2: *mut c_void = null_mut();
@@ -354,15 +298,8 @@ fn host_memory_alloc_and_register() {
         // Registration of ordinary memory.
         let mut buf = vec![0u32; 4096];
         let bp = buf.as_mut_ptr() as *mut c_void;
-        ok(cuMemHostRegister_v2(
-            bp,
-            16384,
-            CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE,
-        ));
-        assert_eq!(
-            cuMemHostRegister_v2(bp, 16, 0),
-            err::HOST_MEMORY_ALREADY_REGISTERED
-        );
+        ok(cuMemHostRegister_v2(bp, 16384, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE));
+        assert_eq!(cuMemHostRegister_v2(bp, 16, 0), err::HOST_MEMORY_ALREADY_REGISTERED);
         ok(cuMemHostGetDevicePointer_v2(&mut dp, bp, 0));
         assert_eq!(dp, bp as u64);
         // The registered range can be the target of stream memory operations.
@@ -371,18 +308,10 @@ fn host_memory_alloc_and_register() {
         assert_eq!(std::ptr::read_volatile(&buf[2]), 77);
         ok(cuMemHostUnregister(bp));
         assert_eq!(cuMemHostUnregister(bp), err::HOST_MEMORY_NOT_REGISTERED);
-        assert_eq!(
-            cuStreamWriteValue32_v2(null_mut(), dp + 8, 78, 0),
-            err::INVALID_VALUE,
-            "no longer registered"
-        );
+        assert_eq!(cuStreamWriteValue32_v2(null_mut(), dp + 8, 78, 0), err::INVALID_VALUE, "no longer registered");
         assert_eq!(cuMemHostRegister_v2(null_mut(), 16, 0), err::INVALID_VALUE);
         assert_eq!(cuMemHostRegister_v2(bp, 16, 0x100), err::INVALID_VALUE);
-        assert_eq!(
-            cuMemHostRegister_v2(8 as *mut c_void, 4096, 0),
-            err::INVALID_VALUE,
-            "unmapped memory"
-        );
+        assert_eq!(cuMemHostRegister_v2(8 as *mut c_void, 4096, 0), err::INVALID_VALUE, "unmapped memory");
         drop(buf);
     }
 }
@@ -395,154 +324,68 @@ fn pointer_attributes() {
         let p = alloc(100_000);
         let q = alloc(10);
         let mut c: CUcontext = null_mut();
-        ok(cuPointerGetAttribute(
-            &mut c as *mut _ as *mut c_void,
-            ptr_attr::CONTEXT,
-            p + 5,
-        ));
+        ok(cuPointerGetAttribute(&mut c as *mut _ as *mut c_void, ptr_attr::CONTEXT, p + 5));
         assert_eq!(c, ctx);
         let mut ty = 0u32;
-        ok(cuPointerGetAttribute(
-            &mut ty as *mut u32 as *mut c_void,
-            ptr_attr::MEMORY_TYPE,
-            p,
-        ));
+        ok(cuPointerGetAttribute(&mut ty as *mut u32 as *mut c_void, ptr_attr::MEMORY_TYPE, p));
         assert_eq!(ty, CU_MEMORYTYPE_DEVICE);
         let mut dp = 0u64;
-        ok(cuPointerGetAttribute(
-            &mut dp as *mut u64 as *mut c_void,
-            ptr_attr::DEVICE_POINTER,
-            p + 9,
-        ));
+        ok(cuPointerGetAttribute(&mut dp as *mut u64 as *mut c_void, ptr_attr::DEVICE_POINTER, p + 9));
         assert_eq!(dp, p + 9);
         let mut hp: *mut c_void = null_mut();
         assert_eq!(
             cuPointerGetAttribute(&mut hp as *mut _ as *mut c_void, ptr_attr::HOST_POINTER, p),
             err::INVALID_VALUE
         );
-        let mut tok = P2pTokens {
-            p2p_token: 5,
-            va_space_token: 5,
-        };
-        ok(cuPointerGetAttribute(
-            &mut tok as *mut P2pTokens as *mut c_void,
-            ptr_attr::P2P_TOKENS,
-            p,
-        ));
+        let mut tok = P2pTokens { p2p_token: 5, va_space_token: 5 };
+        ok(cuPointerGetAttribute(&mut tok as *mut P2pTokens as *mut c_void, ptr_attr::P2P_TOKENS, p));
         assert_eq!((tok.p2p_token, tok.va_space_token), (0, 0));
         let (mut id1, mut id2) = (0u64, 0u64);
-        ok(cuPointerGetAttribute(
-            &mut id1 as *mut u64 as *mut c_void,
-            ptr_attr::BUFFER_ID,
-            p,
-        ));
-        ok(cuPointerGetAttribute(
-            &mut id2 as *mut u64 as *mut c_void,
-            ptr_attr::BUFFER_ID,
-            q,
-        ));
+        ok(cuPointerGetAttribute(&mut id1 as *mut u64 as *mut c_void, ptr_attr::BUFFER_ID, p));
+        ok(cuPointerGetAttribute(&mut id2 as *mut u64 as *mut c_void, ptr_attr::BUFFER_ID, q));
         assert_ne!(id1, id2);
         let mut ord = -1i32;
-        ok(cuPointerGetAttribute(
-            &mut ord as *mut i32 as *mut c_void,
-            ptr_attr::DEVICE_ORDINAL,
-            p,
-        ));
+        ok(cuPointerGetAttribute(&mut ord as *mut i32 as *mut c_void, ptr_attr::DEVICE_ORDINAL, p));
         assert_eq!(ord, 0);
         let (mut start, mut size) = (0u64, 0usize);
-        ok(cuPointerGetAttribute(
-            &mut start as *mut u64 as *mut c_void,
-            ptr_attr::RANGE_START_ADDR,
-            p + 4000,
-        ));
-        ok(cuPointerGetAttribute(
-            &mut size as *mut usize as *mut c_void,
-            ptr_attr::RANGE_SIZE,
-            p + 4000,
-        ));
+        ok(cuPointerGetAttribute(&mut start as *mut u64 as *mut c_void, ptr_attr::RANGE_START_ADDR, p + 4000));
+        ok(cuPointerGetAttribute(&mut size as *mut usize as *mut c_void, ptr_attr::RANGE_SIZE, p + 4000));
         assert_eq!((start, size), (p, 100_000));
         let mut mapped = 0u32; // a wider variable than the bool CUDA writes: low byte is set
-        ok(cuPointerGetAttribute(
-            &mut mapped as *mut u32 as *mut c_void,
-            ptr_attr::MAPPED,
-            p,
-        ));
+        ok(cuPointerGetAttribute(&mut mapped as *mut u32 as *mut c_void, ptr_attr::MAPPED, p));
         assert_eq!(mapped, 1);
         // SYNC_MEMOPS: off by default, settable (as gdrcopy and libgdsync do), per allocation.
         let mut sync = 0u32;
-        ok(cuPointerGetAttribute(
-            &mut sync as *mut u32 as *mut c_void,
-            ptr_attr::SYNC_MEMOPS,
-            p,
-        ));
+        ok(cuPointerGetAttribute(&mut sync as *mut u32 as *mut c_void, ptr_attr::SYNC_MEMOPS, p));
         assert_eq!(sync, 0);
         let one: u32 = 1;
-        ok(cuPointerSetAttribute(
-            &one as *const u32 as *const c_void,
-            ptr_attr::SYNC_MEMOPS,
-            p + 10,
-        ));
-        ok(cuPointerGetAttribute(
-            &mut sync as *mut u32 as *mut c_void,
-            ptr_attr::SYNC_MEMOPS,
-            p,
-        ));
+        ok(cuPointerSetAttribute(&one as *const u32 as *const c_void, ptr_attr::SYNC_MEMOPS, p + 10));
+        ok(cuPointerGetAttribute(&mut sync as *mut u32 as *mut c_void, ptr_attr::SYNC_MEMOPS, p));
         assert_eq!(sync, 1);
-        ok(cuPointerGetAttribute(
-            &mut sync as *mut u32 as *mut c_void,
-            ptr_attr::SYNC_MEMOPS,
-            q,
-        ));
+        ok(cuPointerGetAttribute(&mut sync as *mut u32 as *mut c_void, ptr_attr::SYNC_MEMOPS, q));
         assert_eq!(sync, 0);
         assert_eq!(
             cuPointerSetAttribute(&one as *const u32 as *const c_void, ptr_attr::BUFFER_ID, p),
             err::INVALID_VALUE
         );
         assert_eq!(
-            cuPointerSetAttribute(
-                &one as *const u32 as *const c_void,
-                ptr_attr::SYNC_MEMOPS,
-                0x10
-            ),
+            cuPointerSetAttribute(&one as *const u32 as *const c_void, ptr_attr::SYNC_MEMOPS, 0x10),
             err::INVALID_VALUE
         );
         // Unknown pointers and attributes.
         assert_eq!(
-            cuPointerGetAttribute(
-                &mut ty as *mut u32 as *mut c_void,
-                ptr_attr::MEMORY_TYPE,
-                0x10
-            ),
+            cuPointerGetAttribute(&mut ty as *mut u32 as *mut c_void, ptr_attr::MEMORY_TYPE, 0x10),
             err::INVALID_VALUE
         );
-        assert_eq!(
-            cuPointerGetAttribute(&mut ty as *mut u32 as *mut c_void, 999, p),
-            err::INVALID_VALUE
-        );
-        assert_eq!(
-            cuPointerGetAttribute(null_mut(), ptr_attr::MEMORY_TYPE, p),
-            err::INVALID_VALUE
-        );
+        assert_eq!(cuPointerGetAttribute(&mut ty as *mut u32 as *mut c_void, 999, p), err::INVALID_VALUE);
+        assert_eq!(cuPointerGetAttribute(null_mut(), ptr_attr::MEMORY_TYPE, p), err::INVALID_VALUE);
         // cuPointerGetAttributes on unknown memory reports "not CUDA memory" values.
         let attrs = [ptr_attr::MEMORY_TYPE, ptr_attr::DEVICE_ORDINAL];
         let (mut t2, mut o2) = (7u32, 7i32);
-        let mut outs = [
-            &mut t2 as *mut u32 as *mut c_void,
-            &mut o2 as *mut i32 as *mut c_void,
-        ];
-        ok(cuPointerGetAttributes(
-            2,
-            attrs.as_ptr(),
-            outs.as_mut_ptr(),
-            0x10,
-        ));
+        let mut outs = [&mut t2 as *mut u32 as *mut c_void, &mut o2 as *mut i32 as *mut c_void];
+        ok(cuPointerGetAttributes(2, attrs.as_ptr(), outs.as_mut_ptr(), 0x10));
         assert_eq!((t2, o2), (0, -2));
-        ok(cuPointerGetAttributes(
-            2,
-            attrs.as_ptr(),
-            outs.as_mut_ptr(),
-            p,
-        ));
+        ok(cuPointerGetAttributes(2, attrs.as_ptr(), outs.as_mut_ptr(), p));
         assert_eq!((t2, o2), (CU_MEMORYTYPE_DEVICE, 0));
         ok(cuMemFree_v2(p));
         ok(cuMemFree_v2(q));
@@ -559,10 +402,7 @@ fn pinned_on_device_0(alloc_flags: CUmemAllocFlags) -> CUmemAllocationProp {
     CUmemAllocationProp {
         type_: CU_MEM_ALLOCATION_TYPE_PINNED,
         requested_handle_types: 0,
-        location: CUmemLocation {
-            type_: CU_MEM_LOCATION_TYPE_DEVICE,
-            id: 0,
-        },
+        location: CUmemLocation { type_: CU_MEM_LOCATION_TYPE_DEVICE, id: 0 },
         win32_handle_meta_data: null_mut(),
         alloc_flags,
     }
@@ -573,18 +413,12 @@ fn vmm_lifecycle() {
     setup();
     // SAFETY: structs are local; addresses come from the API.
     unsafe {
-        let prop = pinned_on_device_0(CUmemAllocFlags {
-            gpu_direct_rdma_capable: 1,
-            ..Default::default()
-        });
+        let prop = pinned_on_device_0(CUmemAllocFlags { gpu_direct_rdma_capable: 1, ..Default::default() });
         let mut gran = 0;
         ok(cuMemGetAllocationGranularity(&mut gran, &prop, 0));
         assert_eq!(gran, 0x10000);
         ok(cuMemGetAllocationGranularity(&mut gran, &prop, 1));
-        assert_eq!(
-            cuMemGetAllocationGranularity(&mut gran, &prop, 2),
-            err::INVALID_VALUE
-        );
+        assert_eq!(cuMemGetAllocationGranularity(&mut gran, &prop, 2), err::INVALID_VALUE);
         let size = 4 * gran;
         let mut h = 0;
         assert_eq!(cuMemCreate(&mut h, size + 1, &prop, 0), err::INVALID_VALUE);
@@ -597,37 +431,19 @@ fn vmm_lifecycle() {
         assert_eq!(cuMemMap(va, size, 0, h, 0), err::ALREADY_MAPPED);
         // Not accessible before cuMemSetAccess.
         let x = [1u8; 64];
-        assert_eq!(
-            cuMemcpyHtoD_v2(va, x.as_ptr() as *const c_void, 64),
-            err::INVALID_VALUE
-        );
-        let desc = CUmemAccessDesc {
-            location: prop.location,
-            flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
-        assert_eq!(
-            cuMemSetAccess(va, size + gran, &desc, 1),
-            err::INVALID_VALUE,
-            "past the mapping"
-        );
+        assert_eq!(cuMemcpyHtoD_v2(va, x.as_ptr() as *const c_void, 64), err::INVALID_VALUE);
+        let desc = CUmemAccessDesc { location: prop.location, flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        assert_eq!(cuMemSetAccess(va, size + gran, &desc, 1), err::INVALID_VALUE, "past the mapping");
         ok(cuMemSetAccess(va, size, &desc, 1));
         ok(cuMemsetD8_v2(va, 0x5a, size));
         let mut back = vec![0u8; size];
         ok(cuMemcpyDtoH_v2(back.as_mut_ptr() as *mut c_void, va, size));
         assert!(back.iter().all(|&b| b == 0x5a));
         let mut ty = 0u32;
-        ok(cuPointerGetAttribute(
-            &mut ty as *mut u32 as *mut c_void,
-            ptr_attr::MEMORY_TYPE,
-            va + 100,
-        ));
+        ok(cuPointerGetAttribute(&mut ty as *mut u32 as *mut c_void, ptr_attr::MEMORY_TYPE, va + 100));
         assert_eq!(ty, CU_MEMORYTYPE_DEVICE);
         let mut rdma = 0u8;
-        ok(cuPointerGetAttribute(
-            &mut rdma as *mut u8 as *mut c_void,
-            ptr_attr::IS_GPU_DIRECT_RDMA_CAPABLE,
-            va,
-        ));
+        ok(cuPointerGetAttribute(&mut rdma as *mut u8 as *mut c_void, ptr_attr::IS_GPU_DIRECT_RDMA_CAPABLE, va));
         assert_eq!(rdma, 1);
         let mut h2 = 0;
         ok(cuMemRetainAllocationHandle(&mut h2, va as *mut c_void));
@@ -636,45 +452,28 @@ fn vmm_lifecycle() {
         ok(cuMemRelease(h));
         assert_eq!(cuMemRelease(h), err::INVALID_VALUE);
         ok(cuMemcpyDtoH_v2(back.as_mut_ptr() as *mut c_void, va, 16));
-        assert_eq!(
-            cuMemAddressFree(va, size),
-            err::INVALID_VALUE,
-            "still mapped"
-        );
-        assert_eq!(
-            cuMemUnmap(va + gran as u64, gran),
-            err::INVALID_VALUE,
-            "partial unmap"
-        );
+        assert_eq!(cuMemAddressFree(va, size), err::INVALID_VALUE, "still mapped");
+        assert_eq!(cuMemUnmap(va + gran as u64, gran), err::INVALID_VALUE, "partial unmap");
         ok(cuMemUnmap(va, size));
-        assert_eq!(
-            cuMemcpyDtoH_v2(back.as_mut_ptr() as *mut c_void, va, 16),
-            err::INVALID_VALUE
-        );
+        assert_eq!(cuMemcpyDtoH_v2(back.as_mut_ptr() as *mut c_void, va, 16), err::INVALID_VALUE);
         ok(cuMemAddressFree(va, size));
         assert_eq!(cuMemAddressFree(va, size), err::INVALID_VALUE);
         let bad = CUmemAllocationProp { type_: 0, ..prop };
         assert_eq!(cuMemCreate(&mut h, size, &bad, 0), err::INVALID_VALUE);
-        let baddev = CUmemAllocationProp {
-            location: CUmemLocation { type_: 1, id: 77 },
-            ..prop
-        };
+        let baddev = CUmemAllocationProp { location: CUmemLocation { type_: 1, id: 77 }, ..prop };
         assert_eq!(cuMemCreate(&mut h, size, &baddev, 0), err::INVALID_DEVICE);
     }
 }
 
 /// True when device memory comes from /dev/gpusim (the VM suite).
 fn gpusim_mode() -> bool {
-    std::path::Path::new("/dev/gpusim").exists()
-        && std::env::var("CUDASIM_BACKEND").map_or(true, |v| v != "host")
+    std::path::Path::new("/dev/gpusim").exists() && std::env::var("CUDASIM_BACKEND").map_or(true, |v| v != "host")
 }
 
 #[test]
 fn vmm_two_mappings_share_memory() {
     if gpusim_mode() {
-        eprintln!(
-            "SKIP vmm_two_mappings_share_memory: with gpusim a handle is mapped once (docs/cudasim.md)"
-        );
+        eprintln!("SKIP vmm_two_mappings_share_memory: with gpusim a handle is mapped once (docs/cudasim.md)");
         return;
     }
     setup();
@@ -689,10 +488,7 @@ fn vmm_two_mappings_share_memory() {
         ok(cuMemAddressReserve(&mut b, g, 0, 0, 0));
         ok(cuMemMap(a, 2 * g, 0, h, 0));
         ok(cuMemMap(b, g, g, h, 0)); // second half of the allocation
-        let desc = CUmemAccessDesc {
-            location: prop.location,
-            flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
+        let desc = CUmemAccessDesc { location: prop.location, flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
         ok(cuMemSetAccess(a, 2 * g, &desc, 1));
         ok(cuMemSetAccess(b, g, &desc, 1));
         ok(cuMemsetD32_v2(a + g as u64 + 64, 0xfeed_f00d, 1));
@@ -729,21 +525,11 @@ fn streams_execute_in_order_with_callbacks() {
         let mut out = vec![0u8; 4096];
         for _ in 0..20 {
             ok(cuMemsetD8Async(p, 0, 4096, s));
-            ok(cuMemcpyHtoDAsync_v2(
-                p,
-                host.as_ptr() as *const c_void,
-                4096,
-                s,
-            ));
+            ok(cuMemcpyHtoDAsync_v2(p, host.as_ptr() as *const c_void, 4096, s));
             ok(cuStreamWriteValue32_v2(s, p + 64, 5, 0));
             ok(cuStreamAddCallback(s, Some(cb), (p + 64) as *mut c_void, 0));
             ok(cuLaunchHostFunc(s, Some(hostfn), (p + 64) as *mut c_void));
-            ok(cuMemcpyDtoHAsync_v2(
-                out.as_mut_ptr() as *mut c_void,
-                p,
-                4096,
-                s,
-            ));
+            ok(cuMemcpyDtoHAsync_v2(out.as_mut_ptr() as *mut c_void, p, 4096, s));
             ok(cuStreamSynchronize(s));
             assert_eq!(&out[..64], &host[..64]);
             assert_eq!(u32::from_ne_bytes(out[64..68].try_into().unwrap()), 6);
@@ -756,21 +542,12 @@ fn streams_execute_in_order_with_callbacks() {
         let mut cur = null_mut();
         ok(cuCtxGetCurrent(&mut cur));
         assert_eq!(c, cur);
-        assert_eq!(
-            cuStreamAddCallback(s, None, null_mut(), 0),
-            err::INVALID_VALUE
-        );
-        assert_eq!(
-            cuStreamAddCallback(s, Some(cb), null_mut(), 1),
-            err::INVALID_VALUE
-        );
+        assert_eq!(cuStreamAddCallback(s, None, null_mut(), 0), err::INVALID_VALUE);
+        assert_eq!(cuStreamAddCallback(s, Some(cb), null_mut(), 1), err::INVALID_VALUE);
         ok(cuStreamDestroy_v2(s));
         assert_eq!(cuStreamQuery(s), err::INVALID_HANDLE);
         assert_eq!(cuStreamDestroy_v2(s), err::INVALID_HANDLE);
-        assert_eq!(
-            cuStreamSynchronize(0x1234_5670 as CUstream),
-            err::INVALID_HANDLE
-        );
+        assert_eq!(cuStreamSynchronize(0x1234_5670 as CUstream), err::INVALID_HANDLE);
         ok(cuStreamSynchronize(CU_STREAM_LEGACY as CUstream));
         ok(cuStreamSynchronize(CU_STREAM_PER_THREAD as CUstream));
         ok(cuMemFree_v2(p));
@@ -788,13 +565,7 @@ fn wait_value_all_conditions_race_cpu_writer() {
         (CU_STREAM_WAIT_VALUE_GEQ, 0, &[1, 4], 5, 5),
         (CU_STREAM_WAIT_VALUE_EQ, 0, &[6, 8], 7, 7),
         (CU_STREAM_WAIT_VALUE_AND, 0, &[0x0f, 0x20], 0x11, 0x10),
-        (
-            CU_STREAM_WAIT_VALUE_NOR,
-            0xffff_ffff,
-            &[0xffff_ffff, 0x0000_000f],
-            0x0000_000e,
-            0xffff_fff0,
-        ),
+        (CU_STREAM_WAIT_VALUE_NOR, 0xffff_ffff, &[0xffff_ffff, 0x0000_000f], 0x0000_000e, 0xffff_fff0),
     ];
     for wide in [false, true] {
         for (cond, init, blocking, release, reference) in cases {
@@ -818,12 +589,7 @@ fn wait_value_all_conditions_race_cpu_writer() {
             // SAFETY: flag/done are in the live allocation p.
             unsafe {
                 if wide {
-                    ok(cuStreamWaitValue64_v2(
-                        s,
-                        flag,
-                        reference,
-                        cond | CU_STREAM_WAIT_VALUE_FLUSH,
-                    ));
+                    ok(cuStreamWaitValue64_v2(s, flag, reference, cond | CU_STREAM_WAIT_VALUE_FLUSH));
                 } else {
                     ok(cuStreamWaitValue32_v2(s, flag, reference as u32, cond));
                 }
@@ -838,9 +604,7 @@ fn wait_value_all_conditions_race_cpu_writer() {
                     } else {
                         a32(flag).store(v as u32, Ordering::Release)
                     }
-                    stays_false("the write behind the wait", || {
-                        a32(done).load(Ordering::Acquire) == 1
-                    });
+                    stays_false("the write behind the wait", || a32(done).load(Ordering::Acquire) == 1);
                 }
                 if wide {
                     a64(flag).store(release, Ordering::Release)
@@ -878,16 +642,11 @@ fn batch_ping_pong_with_cpu() {
             ops[1].write_value = MemOpValueParams {
                 operation: memop::WRITE_VALUE_64,
                 address: pong64,
-                v: MemOpValue {
-                    value64: (i as u64) << 32 | 1,
-                },
+                v: MemOpValue { value64: (i as u64) << 32 | 1 },
                 flags: 0,
                 alias: 0,
             };
-            ops[2].flush_remote_writes = MemOpFlagsParams {
-                operation: memop::FLUSH_REMOTE_WRITES,
-                flags: 0,
-            };
+            ops[2].flush_remote_writes = MemOpFlagsParams { operation: memop::FLUSH_REMOTE_WRITES, flags: 0 };
             ops[3].write_value = MemOpValueParams {
                 operation: memop::WRITE_VALUE_32,
                 address: pong,
@@ -901,8 +660,14 @@ fn batch_ping_pong_with_cpu() {
                 let mut relaxed = ops[3];
                 relaxed.write_value.flags = CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER;
                 assert_eq!(cuStreamBatchMemOp_v2(s, 1, &relaxed, 0), err::INVALID_VALUE);
-                assert_eq!(cuStreamWriteValue32_v2(s, pong, i, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER), err::INVALID_VALUE);
-                assert_eq!(cuStreamWriteValue64_v2(s, pong64, 0, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER), err::INVALID_VALUE);
+                assert_eq!(
+                    cuStreamWriteValue32_v2(s, pong, i, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER),
+                    err::INVALID_VALUE
+                );
+                assert_eq!(
+                    cuStreamWriteValue64_v2(s, pong64, 0, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER),
+                    err::INVALID_VALUE
+                );
             }
         }
     }
@@ -930,10 +695,8 @@ fn batch_memop_validation_is_all_or_nothing() {
             flags: 0,
             alias: 0,
         };
-        ops[1].memory_barrier = MemOpFlagsParams {
-            operation: memop::BARRIER,
-            flags: CU_STREAM_MEMORY_BARRIER_TYPE_SYS,
-        };
+        ops[1].memory_barrier =
+            MemOpFlagsParams { operation: memop::BARRIER, flags: CU_STREAM_MEMORY_BARRIER_TYPE_SYS };
         ops[2].write_value = MemOpValueParams {
             operation: memop::WRITE_VALUE_64,
             address: p + 4,
@@ -941,66 +704,29 @@ fn batch_memop_validation_is_all_or_nothing() {
             flags: 0,
             alias: 0,
         };
-        assert_eq!(
-            cuStreamBatchMemOp_v2(s, 3, ops.as_ptr(), 0),
-            err::INVALID_VALUE,
-            "misaligned 64-bit write"
-        );
+        assert_eq!(cuStreamBatchMemOp_v2(s, 3, ops.as_ptr(), 0), err::INVALID_VALUE, "misaligned 64-bit write");
         ok(cuStreamSynchronize(s));
-        assert_eq!(
-            a32(p).load(Ordering::SeqCst),
-            0,
-            "nothing of a rejected batch runs"
-        );
+        assert_eq!(a32(p).load(Ordering::SeqCst), 0, "nothing of a rejected batch runs");
         ops[2].write_value.address = p + 8;
         ok(cuStreamBatchMemOp_v2(s, 3, ops.as_ptr(), 0));
         ok(cuStreamSynchronize(s));
-        assert_eq!(
-            (
-                a32(p).load(Ordering::SeqCst),
-                a64(p + 8).load(Ordering::SeqCst)
-            ),
-            (9, 1)
-        );
+        assert_eq!((a32(p).load(Ordering::SeqCst), a64(p + 8).load(Ordering::SeqCst)), (9, 1));
         // Zero-length batches succeed (libgdsync probes with them); flags are rejected.
         ok(cuStreamBatchMemOp_v2(null_mut(), 0, std::ptr::null(), 0));
-        assert_eq!(
-            cuStreamBatchMemOp_v2(null_mut(), 0, std::ptr::null(), 1),
-            err::INVALID_VALUE
-        );
-        assert_eq!(
-            cuStreamBatchMemOp_v2(s, 1, std::ptr::null(), 0),
-            err::INVALID_VALUE
-        );
+        assert_eq!(cuStreamBatchMemOp_v2(null_mut(), 0, std::ptr::null(), 1), err::INVALID_VALUE);
+        assert_eq!(cuStreamBatchMemOp_v2(s, 1, std::ptr::null(), 0), err::INVALID_VALUE);
         let mut bad: [CUstreamBatchMemOpParams; 1] = std::mem::zeroed();
         bad[0].operation = 42;
-        assert_eq!(
-            cuStreamBatchMemOp(s, 1, bad.as_ptr(), 0),
-            err::INVALID_VALUE
-        );
-        bad[0].flush_remote_writes = MemOpFlagsParams {
-            operation: memop::FLUSH_REMOTE_WRITES,
-            flags: 1,
-        };
-        assert_eq!(
-            cuStreamBatchMemOp(s, 1, bad.as_ptr(), 0),
-            err::INVALID_VALUE
-        );
+        assert_eq!(cuStreamBatchMemOp(s, 1, bad.as_ptr(), 0), err::INVALID_VALUE);
+        bad[0].flush_remote_writes = MemOpFlagsParams { operation: memop::FLUSH_REMOTE_WRITES, flags: 1 };
+        assert_eq!(cuStreamBatchMemOp(s, 1, bad.as_ptr(), 0), err::INVALID_VALUE);
         // Single-op validation.
         assert_eq!(cuStreamWriteValue32_v2(s, p + 2, 1, 0), err::INVALID_VALUE);
         assert_eq!(cuStreamWriteValue32_v2(s, p, 1, 2), err::INVALID_VALUE);
         assert_eq!(cuStreamWaitValue32_v2(s, p, 1, 4), err::INVALID_VALUE);
         assert_eq!(cuStreamWaitValue64_v2(s, p + 4, 1, 0), err::INVALID_VALUE);
-        assert_eq!(
-            cuStreamWriteValue64_v2(s, 0x1000, 1, 0),
-            err::INVALID_VALUE,
-            "not device memory"
-        );
-        assert_eq!(
-            cuStreamWriteValue32_v2(s, p + 4096, 1, 0),
-            err::INVALID_VALUE,
-            "past the allocation"
-        );
+        assert_eq!(cuStreamWriteValue64_v2(s, 0x1000, 1, 0), err::INVALID_VALUE, "not device memory");
+        assert_eq!(cuStreamWriteValue32_v2(s, p + 4096, 1, 0), err::INVALID_VALUE, "past the allocation");
         ok(cuStreamDestroy_v2(s));
         ok(cuMemFree_v2(p));
     }
@@ -1025,18 +751,12 @@ fn a_wait_blocks_only_its_own_stream_and_events_link_streams() {
         ok(cuStreamWriteValue32_v2(s2, b, 1, 0));
         ok(cuStreamWriteValue32_v2(s3, c, 1, 0)); // independent stream
         ok(cuStreamSynchronize(s3));
-        assert_eq!(
-            a32(c).load(Ordering::SeqCst),
-            1,
-            "another stream is not blocked"
-        );
+        assert_eq!(a32(c).load(Ordering::SeqCst), 1, "another stream is not blocked");
         assert_eq!(cuEventQuery(ev), err::NOT_READY);
         assert_eq!(cuStreamQuery(s2), err::NOT_READY);
         let mut ms = 0f32;
         assert_eq!(cuEventElapsedTime(&mut ms, t0, ev), err::NOT_READY);
-        stays_false("stream 2 passing the event", || {
-            a32(b).load(Ordering::SeqCst) == 1
-        });
+        stays_false("stream 2 passing the event", || a32(b).load(Ordering::SeqCst) == 1);
         std::thread::sleep(Duration::from_millis(20));
         a32(flag).store(1, Ordering::SeqCst);
         ok(cuEventSynchronize(ev));
@@ -1055,10 +775,7 @@ fn a_wait_blocks_only_its_own_stream_and_events_link_streams() {
         ok(cuEventRecord(fresh, s2));
         ok(cuEventSynchronize(fresh));
         assert_eq!(cuEventElapsedTime(&mut ms, t0, fresh), err::INVALID_HANDLE);
-        assert_eq!(
-            cuEventCreate(&mut fresh, CU_EVENT_INTERPROCESS),
-            err::INVALID_VALUE
-        );
+        assert_eq!(cuEventCreate(&mut fresh, CU_EVENT_INTERPROCESS), err::INVALID_VALUE);
         ok(cuEventDestroy_v2(ev));
         assert_eq!(cuEventQuery(ev), err::INVALID_HANDLE);
         ok(cuEventDestroy_v2(t0));
@@ -1142,26 +859,11 @@ fn get_proc_address_v1_and_v2() {
     unsafe {
         let mut f: *mut c_void = null_mut();
         let mut st = 99u32;
-        ok(cuGetProcAddress_v2(
-            c"cuMemAlloc".as_ptr(),
-            &mut f,
-            13000,
-            0,
-            &mut st,
-        ));
-        assert_eq!(
-            (f, st),
-            (cuMemAlloc_v2 as *mut c_void, CU_GET_PROC_ADDRESS_SUCCESS)
-        );
-        assert_eq!(
-            cuGetProcAddress_v2(c"cuLaunchKernel".as_ptr(), &mut f, 13000, 0, &mut st),
-            err::NOT_FOUND
-        );
+        ok(cuGetProcAddress_v2(c"cuMemAlloc".as_ptr(), &mut f, 13000, 0, &mut st));
+        assert_eq!((f, st), (cuMemAlloc_v2 as *mut c_void, CU_GET_PROC_ADDRESS_SUCCESS));
+        assert_eq!(cuGetProcAddress_v2(c"cuLaunchKernel".as_ptr(), &mut f, 13000, 0, &mut st), err::NOT_FOUND);
         assert_eq!((f, st), (null_mut(), CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND));
-        assert_eq!(
-            cuGetProcAddress_v2(c"cuMemCreate".as_ptr(), &mut f, 10000, 0, &mut st),
-            err::NOT_FOUND
-        );
+        assert_eq!(cuGetProcAddress_v2(c"cuMemCreate".as_ptr(), &mut f, 10000, 0, &mut st), err::NOT_FOUND);
         assert_eq!(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
         ok(cuGetProcAddress(
             c"cuStreamWaitValue32".as_ptr(),
@@ -1170,26 +872,11 @@ fn get_proc_address_v1_and_v2() {
             CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
         ));
         assert_eq!(f, cuStreamWaitValue32_v2 as *mut c_void);
-        ok(cuGetProcAddress_v2(
-            c"cuGetProcAddress".as_ptr(),
-            &mut f,
-            13030,
-            0,
-            null_mut(),
-        ));
+        ok(cuGetProcAddress_v2(c"cuGetProcAddress".as_ptr(), &mut f, 13030, 0, null_mut()));
         assert_eq!(f, cuGetProcAddress_v2 as *mut c_void);
-        assert_eq!(
-            cuGetProcAddress(std::ptr::null(), &mut f, 13000, 0),
-            err::INVALID_VALUE
-        );
-        assert_eq!(
-            cuGetProcAddress(c"cuInit".as_ptr(), null_mut(), 13000, 0),
-            err::INVALID_VALUE
-        );
-        assert_eq!(
-            cuGetProcAddress(c"cuInit".as_ptr(), &mut f, 13000, 4),
-            err::INVALID_VALUE
-        );
+        assert_eq!(cuGetProcAddress(std::ptr::null(), &mut f, 13000, 0), err::INVALID_VALUE);
+        assert_eq!(cuGetProcAddress(c"cuInit".as_ptr(), null_mut(), 13000, 0), err::INVALID_VALUE);
+        assert_eq!(cuGetProcAddress(c"cuInit".as_ptr(), &mut f, 13000, 4), err::INVALID_VALUE);
     }
 }
 
@@ -1230,19 +917,9 @@ fn threads_hammer_the_driver_concurrently() {
                         let v = t << 16 | i;
                         ok(cuMemsetD32Async(p, v, 2048, s));
                         ok(cuStreamWriteValue64_v2(s, p + 8, (v as u64) << 32, 0));
-                        ok(cuStreamWaitValue32_v2(
-                            s,
-                            p + 12,
-                            v,
-                            CU_STREAM_WAIT_VALUE_EQ,
-                        ));
+                        ok(cuStreamWaitValue32_v2(s, p + 12, v, CU_STREAM_WAIT_VALUE_EQ));
                         let mut out = [0u32; 4];
-                        ok(cuMemcpyDtoHAsync_v2(
-                            out.as_mut_ptr() as *mut c_void,
-                            p,
-                            16,
-                            s,
-                        ));
+                        ok(cuMemcpyDtoHAsync_v2(out.as_mut_ptr() as *mut c_void, p, 16, s));
                         ok(cuStreamSynchronize(s));
                         assert_eq!(out, [v, v, 0, v]);
                         ok(cuMemFree_v2(p));

@@ -20,14 +20,7 @@ unsafe extern "C" {
     fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void;
     fn dlsym(h: *mut c_void, name: *const c_char) -> *mut c_void;
     fn dlerror() -> *const c_char;
-    fn mmap(
-        addr: *mut c_void,
-        len: usize,
-        prot: c_int,
-        flags: c_int,
-        fd: c_int,
-        off: i64,
-    ) -> *mut c_void;
+    fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> *mut c_void;
     fn munmap(addr: *mut c_void, len: usize) -> c_int;
     fn close(fd: c_int) -> c_int;
     fn fork() -> c_int;
@@ -73,11 +66,7 @@ fn lib_path() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let deps = exe.parent().expect("deps dir");
     let above = deps.parent().expect("profile dir").join("libcuda.so");
-    if above.exists() {
-        above
-    } else {
-        deps.join("libcuda.so")
-    }
+    if above.exists() { above } else { deps.join("libcuda.so") }
 }
 
 struct Cuda {
@@ -126,10 +115,7 @@ impl Cuda {
         unsafe {
             assert_eq!(self.f::<FnU32>(c"cuInit")(0), SUCCESS);
             let mut ctx = null_mut();
-            assert_eq!(
-                self.f::<FnRetain>(c"cuDevicePrimaryCtxRetain")(&mut ctx, 0),
-                SUCCESS
-            );
+            assert_eq!(self.f::<FnRetain>(c"cuDevicePrimaryCtxRetain")(&mut ctx, 0), SUCCESS);
             assert_eq!(self.f::<FnPtr>(c"cuCtxSetCurrent")(ctx), SUCCESS);
         }
     }
@@ -137,19 +123,14 @@ impl Cuda {
 
 fn run_child(name: &str, env: &[(&str, &str)]) {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("CUDASIM_CHILD", name);
+    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"]).env("CUDASIM_CHILD", name);
     for (k, v) in env {
         cmd.env(k, v);
     }
     let out = cmd.output().expect("spawn child test");
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "child {name} failed:\n{text}");
-    assert!(
-        text.contains("1 passed"),
-        "child {name} did not run:\n{text}"
-    );
+    assert!(text.contains("1 passed"), "child {name} did not run:\n{text}");
 }
 
 fn is_child(name: &str) -> bool {
@@ -182,32 +163,19 @@ fn exported_symbols_and_soname() {
             std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(stub);
         assert_eq!(stub(), NOT_SUPPORTED);
         // cuGetProcAddress (v1, 4 arguments) and unknown symbols.
-        let v1: GpaV1 =
-            std::mem::transmute::<*mut c_void, GpaV1>(dlsym(cu.h, c"cuGetProcAddress".as_ptr()));
+        let v1: GpaV1 = std::mem::transmute::<*mut c_void, GpaV1>(dlsym(cu.h, c"cuGetProcAddress".as_ptr()));
         let mut p = null_mut();
         assert_eq!(v1(c"cuMemAlloc".as_ptr(), &mut p, 12000, 0), SUCCESS);
         assert_eq!(p, dlsym(cu.h, c"cuMemAlloc_v2".as_ptr()));
         let mut st = 0;
-        assert_eq!(
-            (cu.gpa)(c"cuLaunchKernel".as_ptr(), &mut p, 13000, 0, &mut st),
-            NOT_FOUND
-        );
+        assert_eq!((cu.gpa)(c"cuLaunchKernel".as_ptr(), &mut p, 13000, 0, &mut st), NOT_FOUND);
         assert_eq!((st, p), (1, null_mut()));
     }
-    match Command::new("readelf")
-        .args(["-d", lib_path().to_str().unwrap()])
-        .output()
-    {
+    match Command::new("readelf").args(["-d", lib_path().to_str().unwrap()]).output() {
         Ok(out) => {
             let text = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                text.contains("Library soname: [libcuda.so.1]"),
-                "soname:\n{text}"
-            );
-            assert!(
-                text.contains("NODELETE"),
-                "linked with -z nodelete:\n{text}"
-            );
+            assert!(text.contains("Library soname: [libcuda.so.1]"), "soname:\n{text}");
+            assert!(text.contains("NODELETE"), "linked with -z nodelete:\n{text}");
         }
         Err(_) => eprintln!("SKIP soname check: readelf not installed"),
     }
@@ -222,20 +190,14 @@ fn consumer_flow_through_get_proc_address() {
     // SAFETY: every function pointer is resolved with its cuda.h signature; buffers are live.
     unsafe {
         let mut n = 0;
-        assert_eq!(
-            cu.f::<FnPtrOut<c_int>>(c"cuDeviceGetCount")(&mut n),
-            SUCCESS
-        );
+        assert_eq!(cu.f::<FnPtrOut<c_int>>(c"cuDeviceGetCount")(&mut n), SUCCESS);
         assert!(n >= 1);
         let mut dev = -1;
         assert_eq!(cu.f::<FnDevGet>(c"cuDeviceGet")(&mut dev, 0), SUCCESS);
         // 64-bit stream memops: the CUDA 12+ attribute says yes, the v1 one (93) reads 0 as on CUDA 13.
         for (attr, want) in [(122, 1), (93, 0)] {
             let mut v = -1;
-            assert_eq!(
-                cu.f::<FnAttr>(c"cuDeviceGetAttribute")(&mut v, attr, dev),
-                SUCCESS
-            );
+            assert_eq!(cu.f::<FnAttr>(c"cuDeviceGetAttribute")(&mut v, attr, dev), SUCCESS);
             assert_eq!(v, want, "attribute {attr}");
         }
         let alloc: FnAlloc = cu.f(c"cuMemAlloc");
@@ -244,23 +206,14 @@ fn consumer_flow_through_get_proc_address() {
         assert_eq!(alloc(&mut p, 1 << 20), SUCCESS);
         assert_eq!(cu.f::<FnMemset>(c"cuMemsetD8")(p, 0x11, 1 << 20), SUCCESS);
         let data: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
-        assert_eq!(
-            cu.f::<FnHtoD>(c"cuMemcpyHtoD")(p + 4096, data.as_ptr() as *const c_void, 4096),
-            SUCCESS
-        );
+        assert_eq!(cu.f::<FnHtoD>(c"cuMemcpyHtoD")(p + 4096, data.as_ptr() as *const c_void, 4096), SUCCESS);
         let mut back = vec![0u8; 8192];
-        assert_eq!(
-            cu.f::<FnDtoH>(c"cuMemcpyDtoH")(back.as_mut_ptr() as *mut c_void, p, 8192),
-            SUCCESS
-        );
+        assert_eq!(cu.f::<FnDtoH>(c"cuMemcpyDtoH")(back.as_mut_ptr() as *mut c_void, p, 8192), SUCCESS);
         assert!(back[..4096].iter().all(|&b| b == 0x11));
         assert_eq!(&back[4096..], &data[..]);
 
         let mut s = null_mut();
-        assert_eq!(
-            cu.f::<FnStreamCreate>(c"cuStreamCreate")(&mut s, 0),
-            SUCCESS
-        );
+        assert_eq!(cu.f::<FnStreamCreate>(c"cuStreamCreate")(&mut s, 0), SUCCESS);
         let wait64: FnWait64 = cu.f(c"cuStreamWaitValue64");
         let write32: FnWait32 = cu.f(c"cuStreamWriteValue32");
         let query: FnPtr = cu.f(c"cuStreamQuery");
@@ -273,10 +226,7 @@ fn consumer_flow_through_get_proc_address() {
         assert_eq!(wait64(s, p, 1 << 40, 0 /* GEQ */), SUCCESS);
         assert_eq!(write32(s, p + 64, 1, 0), SUCCESS);
         let mut ev = null_mut();
-        assert_eq!(
-            cu.f::<FnStreamCreate>(c"cuEventCreate")(&mut ev, 0),
-            SUCCESS
-        );
+        assert_eq!(cu.f::<FnStreamCreate>(c"cuEventCreate")(&mut ev, 0), SUCCESS);
         assert_eq!(cu.f::<FnEvRecord>(c"cuEventRecord")(ev, s), SUCCESS);
         assert_eq!(query(s), NOT_READY);
         assert_eq!(cu.f::<FnPtr>(c"cuEventQuery")(ev), NOT_READY);
@@ -288,11 +238,7 @@ fn consumer_flow_through_get_proc_address() {
             flag.store(1 << 41, Ordering::Release);
         });
         std::thread::sleep(Duration::from_millis(10));
-        assert_eq!(
-            done.load(Ordering::SeqCst),
-            0,
-            "write ran before the wait was satisfied"
-        );
+        assert_eq!(done.load(Ordering::SeqCst), 0, "write ran before the wait was satisfied");
         writer.join().unwrap();
         assert_eq!(cu.f::<FnPtr>(c"cuEventSynchronize")(ev), SUCCESS);
         assert_eq!(done.load(Ordering::SeqCst), 1);
@@ -302,34 +248,15 @@ fn consumer_flow_through_get_proc_address() {
         // The name resolves to the _v2 entry point, which refuses NO_MEMORY_BARRIER (flags 1 on a
         // write) as CUDA 11.7+ does: the whole batch is rejected and nothing is queued.
         let relaxed = [mk(2, p + 128, 42, 1)];
-        assert_eq!(
-            cu.f::<FnBatch>(c"cuStreamBatchMemOp")(s, 1, relaxed.as_ptr(), 0),
-            INVALID_VALUE
-        );
-        let ops = [
-            mk(2, p + 128, 42, 0),
-            mk(1, p + 128, 42, 1 | (1 << 30)),
-            mk(5, p + 136, 0x1_0000_0002, 0),
-        ];
-        assert_eq!(
-            cu.f::<FnBatch>(c"cuStreamBatchMemOp")(s, 3, ops.as_ptr(), 0),
-            SUCCESS
-        );
+        assert_eq!(cu.f::<FnBatch>(c"cuStreamBatchMemOp")(s, 1, relaxed.as_ptr(), 0), INVALID_VALUE);
+        let ops = [mk(2, p + 128, 42, 0), mk(1, p + 128, 42, 1 | (1 << 30)), mk(5, p + 136, 0x1_0000_0002, 0)];
+        assert_eq!(cu.f::<FnBatch>(c"cuStreamBatchMemOp")(s, 3, ops.as_ptr(), 0), SUCCESS);
         assert_eq!(sync(s), SUCCESS);
-        assert_eq!(
-            AtomicU64::from_ptr((p + 136) as *mut u64).load(Ordering::SeqCst),
-            0x1_0000_0002
-        );
+        assert_eq!(AtomicU64::from_ptr((p + 136) as *mut u64).load(Ordering::SeqCst), 0x1_0000_0002);
 
         let mut msg: *const c_char = null_mut();
-        assert_eq!(
-            cu.f::<FnErrStr>(c"cuGetErrorName")(NOT_READY, &mut msg),
-            SUCCESS
-        );
-        assert_eq!(
-            CStr::from_ptr(msg).to_str().unwrap(),
-            "CUDA_ERROR_NOT_READY"
-        );
+        assert_eq!(cu.f::<FnErrStr>(c"cuGetErrorName")(NOT_READY, &mut msg), SUCCESS);
+        assert_eq!(CStr::from_ptr(msg).to_str().unwrap(), "CUDA_ERROR_NOT_READY");
         assert_eq!(cu.f::<FnPtr>(c"cuEventDestroy")(ev), SUCCESS);
         assert_eq!(cu.f::<FnPtr>(c"cuStreamDestroy")(s), SUCCESS);
         assert_eq!(free(p), SUCCESS);
@@ -351,31 +278,19 @@ fn child_not_initialized() {
     // SAFETY: signatures as in cuda.h.
     unsafe {
         let mut n = 0;
-        assert_eq!(
-            cu.f::<FnPtrOut<c_int>>(c"cuDeviceGetCount")(&mut n),
-            NOT_INITIALIZED
-        );
+        assert_eq!(cu.f::<FnPtrOut<c_int>>(c"cuDeviceGetCount")(&mut n), NOT_INITIALIZED);
         let mut p = 0;
         assert_eq!(cu.f::<FnAlloc>(c"cuMemAlloc")(&mut p, 16), NOT_INITIALIZED);
         let mut v = 0;
-        assert_eq!(
-            cu.f::<FnPtrOut<c_int>>(c"cuDriverGetVersion")(&mut v),
-            SUCCESS
-        );
+        assert_eq!(cu.f::<FnPtrOut<c_int>>(c"cuDriverGetVersion")(&mut v), SUCCESS);
         assert_eq!(v, 13000, "default driver version");
         let init: FnU32 = cu.f(c"cuInit");
         assert_eq!(init(1), INVALID_VALUE);
         assert_eq!(init(0), SUCCESS);
-        assert_eq!(
-            cu.f::<FnPtrOut<c_int>>(c"cuDeviceGetCount")(&mut n),
-            SUCCESS
-        );
+        assert_eq!(cu.f::<FnPtrOut<c_int>>(c"cuDeviceGetCount")(&mut n), SUCCESS);
         assert_eq!(n, 1, "one device by default");
         let mut a = -1;
-        assert_eq!(
-            cu.f::<FnAttr>(c"cuDeviceGetAttribute")(&mut a, 124, 0),
-            SUCCESS
-        );
+        assert_eq!(cu.f::<FnAttr>(c"cuDeviceGetAttribute")(&mut a, 124, 0), SUCCESS);
         assert_eq!(a, 0, "no dma-buf unless CUDASIM_DMABUF=1");
     }
 }
@@ -383,13 +298,7 @@ fn child_not_initialized() {
 #[test]
 fn environment_knobs() {
     run_child("child_no_device", &[("CUDASIM_DEVICE_COUNT", "0")]);
-    run_child(
-        "child_env",
-        &[
-            ("CUDASIM_DEVICE_COUNT", "3"),
-            ("CUDASIM_DRIVER_VERSION", "13030"),
-        ],
-    );
+    run_child("child_env", &[("CUDASIM_DEVICE_COUNT", "3"), ("CUDASIM_DRIVER_VERSION", "13030")]);
 }
 
 #[test]
@@ -402,10 +311,7 @@ fn child_no_device() {
     unsafe {
         assert_eq!(cu.f::<FnU32>(c"cuInit")(0), NO_DEVICE);
         let mut n = 0;
-        assert_eq!(
-            cu.f::<FnPtrOut<c_int>>(c"cuDeviceGetCount")(&mut n),
-            NOT_INITIALIZED
-        );
+        assert_eq!(cu.f::<FnPtrOut<c_int>>(c"cuDeviceGetCount")(&mut n), NOT_INITIALIZED);
     }
 }
 
@@ -419,14 +325,8 @@ fn child_env() {
     // SAFETY: signatures as in cuda.h.
     unsafe {
         let (mut n, mut v) = (0, 0);
-        assert_eq!(
-            cu.f::<FnPtrOut<c_int>>(c"cuDeviceGetCount")(&mut n),
-            SUCCESS
-        );
-        assert_eq!(
-            cu.f::<FnPtrOut<c_int>>(c"cuDriverGetVersion")(&mut v),
-            SUCCESS
-        );
+        assert_eq!(cu.f::<FnPtrOut<c_int>>(c"cuDeviceGetCount")(&mut n), SUCCESS);
+        assert_eq!(cu.f::<FnPtrOut<c_int>>(c"cuDriverGetVersion")(&mut v), SUCCESS);
         assert_eq!((n, v), (3, 13030));
         let attr: FnAttr = cu.f(c"cuDeviceGetAttribute");
         let (mut b0, mut b2) = (0, 0);
@@ -439,10 +339,7 @@ fn child_env() {
 
 #[test]
 fn dmabuf_export() {
-    run_child(
-        "child_dmabuf",
-        &[("CUDASIM_DMABUF", "1"), ("CUDASIM_BACKEND", "host")],
-    );
+    run_child("child_dmabuf", &[("CUDASIM_DMABUF", "1"), ("CUDASIM_BACKEND", "host")]);
 }
 
 #[test]
@@ -455,19 +352,13 @@ fn child_dmabuf() {
     // SAFETY: signatures as in cuda.h; the mmap'ed view is unmapped before the fd is closed.
     unsafe {
         let mut a = 0;
-        assert_eq!(
-            cu.f::<FnAttr>(c"cuDeviceGetAttribute")(&mut a, 124, 0),
-            SUCCESS
-        );
+        assert_eq!(cu.f::<FnAttr>(c"cuDeviceGetAttribute")(&mut a, 124, 0), SUCCESS);
         assert_eq!(a, 1);
         let size = 3 * 65536 + 100;
         let mut p = 0u64;
         assert_eq!(cu.f::<FnAlloc>(c"cuMemAlloc")(&mut p, size), SUCCESS);
         let data: Vec<u8> = (0..size).map(|i| (i * 13 % 256) as u8).collect();
-        assert_eq!(
-            cu.f::<FnHtoD>(c"cuMemcpyHtoD")(p, data.as_ptr() as *const c_void, size),
-            SUCCESS
-        );
+        assert_eq!(cu.f::<FnHtoD>(c"cuMemcpyHtoD")(p, data.as_ptr() as *const c_void, size), SUCCESS);
         let export: FnHandle = cu.f(c"cuMemGetHandleForAddressRange");
         let aligned = size.div_ceil(4096) * 4096;
         let mut fd: c_int = -1;
@@ -476,26 +367,9 @@ fn child_dmabuf() {
             INVALID_VALUE,
             "not an allocation base"
         );
-        assert_eq!(
-            export(&mut fd as *mut c_int as *mut c_void, p, aligned, 2, 0),
-            INVALID_VALUE,
-            "handle type"
-        );
-        assert_eq!(
-            export(&mut fd as *mut c_int as *mut c_void, p, 8 << 20, 1, 0),
-            INVALID_VALUE,
-            "too long"
-        );
-        assert_eq!(
-            export(
-                &mut fd as *mut c_int as *mut c_void,
-                p,
-                aligned,
-                1,
-                1 /* PCIE */
-            ),
-            SUCCESS
-        );
+        assert_eq!(export(&mut fd as *mut c_int as *mut c_void, p, aligned, 2, 0), INVALID_VALUE, "handle type");
+        assert_eq!(export(&mut fd as *mut c_int as *mut c_void, p, 8 << 20, 1, 0), INVALID_VALUE, "too long");
+        assert_eq!(export(&mut fd as *mut c_int as *mut c_void, p, aligned, 1, 1 /* PCIE */), SUCCESS);
         assert!(fd >= 0);
         let view = mmap(null_mut(), aligned, 3, 1 /* MAP_SHARED */, fd, 0);
         assert_ne!(view as isize, -1, "mmap of the exported fd");
@@ -503,14 +377,8 @@ fn child_dmabuf() {
         assert_eq!(&bytes[..], &data[..], "the fd maps the device memory");
         bytes[5] = 0xee;
         let mut back = [0u8; 8];
-        assert_eq!(
-            cu.f::<FnDtoH>(c"cuMemcpyDtoH")(back.as_mut_ptr() as *mut c_void, p, 8),
-            SUCCESS
-        );
-        assert_eq!(
-            back[5], 0xee,
-            "writes through the dma-buf view reach device memory"
-        );
+        assert_eq!(cu.f::<FnDtoH>(c"cuMemcpyDtoH")(back.as_mut_ptr() as *mut c_void, p, 8), SUCCESS);
+        assert_eq!(back[5], 0xee, "writes through the dma-buf view reach device memory");
         munmap(view, aligned);
         close(fd);
         assert_eq!(cu.f::<FnFree>(c"cuMemFree")(p), SUCCESS);
@@ -535,18 +403,9 @@ fn child_timeout() {
         assert_eq!(cu.f::<FnAlloc>(c"cuMemAlloc")(&mut p, 4096), SUCCESS);
         assert_eq!(cu.f::<FnMemset>(c"cuMemsetD8")(p, 0, 4096), SUCCESS);
         let mut s = null_mut();
-        assert_eq!(
-            cu.f::<FnStreamCreate>(c"cuStreamCreate")(&mut s, 0),
-            SUCCESS
-        );
-        assert_eq!(
-            cu.f::<FnWait32>(c"cuStreamWaitValue32")(s, p, 1, 1 /* EQ */),
-            SUCCESS
-        );
-        assert_eq!(
-            cu.f::<FnWait32>(c"cuStreamWriteValue32")(s, p + 4, 9, 0),
-            SUCCESS
-        );
+        assert_eq!(cu.f::<FnStreamCreate>(c"cuStreamCreate")(&mut s, 0), SUCCESS);
+        assert_eq!(cu.f::<FnWait32>(c"cuStreamWaitValue32")(s, p, 1, 1 /* EQ */), SUCCESS);
+        assert_eq!(cu.f::<FnWait32>(c"cuStreamWriteValue32")(s, p + 4, 9, 0), SUCCESS);
         let t = Instant::now();
         assert_eq!(cu.f::<FnPtr>(c"cuStreamSynchronize")(s), LAUNCH_TIMEOUT);
         assert!(t.elapsed() >= Duration::from_millis(90));
@@ -555,11 +414,7 @@ fn child_timeout() {
             0,
             "work after the failure is skipped"
         );
-        assert_eq!(
-            cu.f::<FnPtr>(c"cuStreamQuery")(s),
-            LAUNCH_TIMEOUT,
-            "the error is sticky"
-        );
+        assert_eq!(cu.f::<FnPtr>(c"cuStreamQuery")(s), LAUNCH_TIMEOUT, "the error is sticky");
     }
 }
 
@@ -588,22 +443,14 @@ fn child_fork() {
                 10
             } else {
                 cu.up();
-                if alloc(&mut q, 4096) != SUCCESS || q == 0 {
-                    11
-                } else {
-                    0
-                }
+                if alloc(&mut q, 4096) != SUCCESS || q == 0 { 11 } else { 0 }
             };
             _exit(code);
         }
         let mut status = 0;
         assert_eq!(waitpid(pid, &mut status, 0), pid);
         assert_eq!(status, 0, "fork child status {status:#x}");
-        assert_eq!(
-            cu.f::<FnFree>(c"cuMemFree")(p),
-            SUCCESS,
-            "the parent is unaffected"
-        );
+        assert_eq!(cu.f::<FnFree>(c"cuMemFree")(p), SUCCESS, "the parent is unaffected");
     }
 }
 
@@ -620,16 +467,9 @@ fn child_gpusim_va() {
         let mut p = 0u64;
         assert_eq!(cu.f::<FnAlloc>(c"cuMemAlloc")(&mut p, 1 << 20), SUCCESS);
         const BASE: u64 = 0x2000_0000_0000; // GPUSIM_VA_BASE
-        assert!(
-            (BASE..BASE + (1 << 40)).contains(&p),
-            "device pointer {p:#x}"
-        );
+        assert!((BASE..BASE + (1 << 40)).contains(&p), "device pointer {p:#x}");
         assert_eq!(cu.f::<FnMemset>(c"cuMemsetD8")(p, 0x3c, 1 << 20), SUCCESS);
-        assert_eq!(
-            *((p + 12345) as *const u8),
-            0x3c,
-            "the simulator's view is the allocation"
-        );
+        assert_eq!(*((p + 12345) as *const u8), 0x3c, "the simulator's view is the allocation");
         assert_eq!(cu.f::<FnFree>(c"cuMemFree")(p), SUCCESS);
     }
     println!("gpusim va ok");
