@@ -3,14 +3,21 @@
 //! Every exported function of our libraries runs its body through [`guard`]: a panic is caught,
 //! reported through the library's logger and converted into the function's documented failure
 //! value, so unwinding never crosses into C (which would be undefined behaviour).
+//!
+//! Both libraries use this module and nothing else at their C edge: [`guard`] for functions that
+//! return a pointer or a value, [`errno_call`] for the `int`-returning ones (0 or an errno).
 
+use std::ffi::c_int;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use crate::Result;
 
 /// Runs `body`; if it panics, calls `report(message)` and returns `on_panic`.
 ///
 /// `AssertUnwindSafe` is sound here: after a panic the body's partial state is never observed
 /// again by this call, and shared state that a panic could leave half-updated lives behind mutexes,
 /// which poison.
+#[inline(always)]
 pub fn guard<T>(on_panic: T, report: impl FnOnce(&str), body: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(v) => v,
@@ -26,6 +33,17 @@ pub fn guard<T>(on_panic: T, report: impl FnOnce(&str), body: impl FnOnce() -> T
     }
 }
 
+/// The `int` convention of both C APIs: `Ok` is 0, `Err(e)` is `e`'s errno, a panic is `EIO`
+/// (after `report`). Inlined so an exported hot call costs nothing over its body when it does not
+/// panic (the unwinding landing pad is off the straight-line path).
+#[inline(always)]
+pub fn errno_call(report: impl FnOnce(&str), body: impl FnOnce() -> Result<()>) -> c_int {
+    guard(libc::EIO, report, || match body() {
+        Ok(()) => 0,
+        Err(e) => e.0,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -36,6 +54,15 @@ mod tests {
         let v = guard(-1, |m| seen = m.to_owned(), || -> i32 { panic!("boom {}", 7) });
         assert_eq!(v, -1);
         assert_eq!(seen, "boom 7");
+    }
+
+    #[test]
+    fn errno_call_maps_ok_err_and_panic() {
+        assert_eq!(errno_call(|_| unreachable!(), || Ok(())), 0);
+        assert_eq!(errno_call(|_| unreachable!(), || Err(crate::Errno::EINVAL)), libc::EINVAL);
+        let mut seen = false;
+        assert_eq!(errno_call(|_| seen = true, || panic!("x")), libc::EIO);
+        assert!(seen);
     }
 
     #[test]

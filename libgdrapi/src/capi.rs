@@ -7,7 +7,7 @@
 
 use std::ffi::{c_char, c_int, c_ulong, c_void};
 
-use gpudirect_common::boundary::guard;
+use gpudirect_common::boundary::{errno_call, guard};
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::{GdrInfoV1, GdrInfoV2, GdrMh, MappingType, set_info_bits};
@@ -20,14 +20,7 @@ pub type GdrT = *mut c_void;
 
 /// Runs `body`, mapping errors to their errno and panics to EIO (with a log line).
 fn boundary(name: &str, body: impl FnOnce() -> Result<()>) -> c_int {
-    guard(
-        libc::EIO,
-        |msg| gdr_err!("internal error in {name}: {msg}"),
-        || match body() {
-            Ok(()) => 0,
-            Err(e) => e.0,
-        },
-    )
+    errno_call(|msg| gdr_err!("internal error in {name}: {msg}"), body)
 }
 
 /// Checks a caller's out-pointer.

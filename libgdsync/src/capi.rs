@@ -7,7 +7,7 @@
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
 
-use gpudirect_common::boundary::guard;
+use gpudirect_common::boundary::{errno_call, guard};
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::*;
@@ -23,17 +23,7 @@ use crate::ranges::ranges;
 /// error number, as every `int`-returning gds function does.
 macro_rules! ffi {
     ($name:literal, $body:block) => {
-        guard(
-            libc::EIO,
-            |m| gds_err!($name, "internal error (panic): {m}"),
-            || -> c_int {
-                let body = || -> Result<()> { $body };
-                match body() {
-                    Ok(()) => 0,
-                    Err(e) => e.0,
-                }
-            },
-        )
+        errno_call(|m| gds_err!($name, "internal error (panic): {m}"), || -> Result<()> { $body })
     };
 }
 
