@@ -87,8 +87,9 @@ install_all() {
         # libtool's -version-info (major+minor):0:minor gives libgdsync.so.MAJOR.MINOR.0.
         install_lib gdsync "$GDSYNC_VERSION.0" "${GDSYNC_VERSION%%.*}" "$D$libdir"
         install -D -m 0644 include/gdsync.h "$D$includedir/gdsync.h"
-        mkdir -p "$D$includedir/gdsync"
-        install -m 0644 include/gdsync/* "$D$includedir/gdsync/"
+        # gdsync/*.h, plus gdsync/compat/infiniband/*.h (MOFED-named headers; see gdsync.pc's Cflags).
+        (cd include && find gdsync -type f -name '*.h' -o -type f -name '*.cuh') |
+            while read -r f; do install -D -m 0644 "include/$f" "$D$includedir/$f"; done
         if [ -f pkgconfig/gdsync.pc.in ]; then
             fill_pc pkgconfig/gdsync.pc.in "$D$libdir/pkgconfig/gdsync.pc" "$GDSYNC_VERSION"
         fi

@@ -167,7 +167,9 @@ int main(void)
 	OFF(struct ibv_exp_send_wr, ext_op.masked_atomics.wr_data, 240);
 	SZ(gds_send_wr, 288);
 	VAL(IBV_EXP_WR_SEND, 2);
-	VAL(IBV_EXP_WR_SEND_WITH_INV, 9);
+	VAL(IBV_EXP_WR_SEND_WITH_INV, 0x48);
+	VAL(IBV_EXP_WR_LOCAL_INV, 0x4a);
+	VAL(IBV_EXP_WR_BIND_MW, 0x4e);
 	VAL(IBV_EXP_WR_TSO, 0x4f);
 	VAL(IBV_EXP_WR_CQE_WAIT, 0x62);
 	VAL(IBV_EXP_WR_UMR_INVALIDATE, 0x67);

@@ -4,6 +4,9 @@
 #   2. sizeof/offsetof of every public struct and embedded peer-direct type (abi_layout.c);
 #   3. the exported dynamic symbol set equals symbols.expected, soname libgdsync.so.2, no libcuda/
 #      libibverbs/libgdrapi link dependency;
+#   2b. a program in the shape of upstream's tests (MOFED header names, BEGIN_C_DECLS, exp opcodes,
+#       mlx5 info helpers, device.cuh's S::T) builds against an installed prefix with only
+#       `pkg-config --cflags --libs gdsync`, -Werror, as C and C++, and runs (mofed_consumer.c);
 #   3b. rdma-core layouts the verbs code hard-codes (verbs_layout.c); verbs_loopback.c compiles
 #       (it runs on soft-RoCE in the VM: tests/vm/suites/50-gdsync-verbs.sh);
 #   4. the descriptor suite on a stream of the simulated libcuda (sim/cudasim), default env and
@@ -33,8 +36,8 @@ ln -sf "$LIB" "$out/lib/libgdsync.so.2"
 ln -sf "$LIB" "$out/lib/libgdsync.so"
 ln -sf "$top/target/release/libcuda.so" "$out/lib/libcuda.so.1"
 ln -sf "$top/target/release/libcuda.so" "$out/lib/libcuda.so"
-CFLAGS_C=(-x c -std=gnu11 -Wall -Wextra -Werror -I"$top/include" -I"$CUDA_INC")
-CFLAGS_CXX=(-x c++ -std=c++11 -Wall -Wextra -Werror -I"$top/include" -I"$CUDA_INC")
+CFLAGS_C=(-x c -std=gnu11 -Wall -Wextra -Werror -I"$top/include" -I"$top/include/gdsync/compat" -I"$CUDA_INC")
+CFLAGS_CXX=(-x c++ -std=c++11 -Wall -Wextra -Werror -I"$top/include" -I"$top/include/gdsync/compat" -I"$CUDA_INC")
 
 step "headers compile alone (C and C++)"
 hdr_case() { # name, source text
@@ -61,6 +64,39 @@ for h in core mlx5 tools; do
     printf '#include <gdsync/%s.h>\n' "$h" > "$out/hdr.c"
     if gcc "${CFLAGS_C[@]}" -c "$out/hdr.c" -o /dev/null 2>/dev/null; then bad "gdsync/$h.h must refuse to be included without gdsync.h"; fi
 done
+
+hdr_case "compat infiniband/verbs_exp.h" '#include <infiniband/verbs_exp.h>
+BEGIN_C_DECLS
+int f(enum ibv_exp_wr_opcode);
+END_C_DECLS'
+hdr_case "compat infiniband/peer_ops.h" '#include <infiniband/peer_ops.h>
+#include <gdsync.h>'
+# Where real MOFED headers sit later on the include path, the compatibility ones hand over to them.
+mkdir -p "$out/fake-mofed/infiniband"
+printf '#define INFINIBAND_VERBS_EXP_H\n#define FAKE_MOFED_VERBS_EXP 1\n' > "$out/fake-mofed/infiniband/verbs_exp.h"
+printf '#define PEER_OPS_H\n#define FAKE_MOFED_PEER_OPS 1\n' > "$out/fake-mofed/infiniband/peer_ops.h"
+printf '#include <infiniband/verbs_exp.h>\n#include <infiniband/peer_ops.h>\n#if !defined(FAKE_MOFED_VERBS_EXP) || !defined(FAKE_MOFED_PEER_OPS)\n#error compat header shadowed MOFED\n#endif\n' > "$out/hdr.c"
+gcc "${CFLAGS_C[@]}" -I"$out/fake-mofed" -c "$out/hdr.c" -o /dev/null || bad "compat headers must step aside for real MOFED headers"
+
+step "MOFED-shaped consumer against an installed prefix (pkg-config only)"
+./build.sh install --prefix "$out/prefix" >"$out/install.log" 2>&1 || { bad "build.sh install"; tail -20 "$out/install.log"; }
+export PKG_CONFIG_PATH="$out/prefix/lib/pkgconfig"
+if pc=$(pkg-config --cflags --libs gdsync); then
+    # cuda.h comes from the CUDA toolkit, not from gdsync's .pc (as for upstream).
+    read -r -a pcv <<< "$pc"
+    for lang in c c++; do
+        std=gnu11; [ $lang = c++ ] && std=c++11
+        if "$([ $lang = c ] && echo gcc || echo g++)" -x $lang -std=$std -Wall -Wextra -Werror -I"$CUDA_INC" \
+            "$here/mofed_consumer.c" -x none -o "$out/mofed_consumer_$lang" "${pcv[@]}" -L"$out/lib" -lcuda; then
+            LD_LIBRARY_PATH=$out/prefix/lib:$out/lib "$out/mofed_consumer_$lang" || bad "mofed_consumer ($lang) failed"
+        else
+            bad "mofed_consumer.c does not build as $lang against the installed prefix"
+        fi
+    done
+else
+    bad "pkg-config cannot resolve gdsync under $out/prefix"
+fi
+unset PKG_CONFIG_PATH
 
 step "struct layouts and constants"
 gcc "${CFLAGS_C[@]}" "$here/abi_layout.c" -o "$out/abi_layout_c" && "$out/abi_layout_c" || bad "abi_layout (C)"

@@ -21,21 +21,21 @@ namespace gdsync {
     typedef gds_wait_cond_flag_t wait_cond_t;
 
     struct sem32 {
-        typedef uint32_t type;
-        type sem;
-        type value;
+        typedef uint32_t T;
+        T sem;
+        T value;
 #ifdef __CUDACC__
         __host__ __device__
 #endif
-        inline volatile type *access_once() { return (volatile type *)&sem; }
+        inline volatile T *access_once() { return (volatile T *)&sem; }
     };
     typedef struct sem32 sem32_t;
 
     struct isem32 {
-        typedef uint32_t type;
+        typedef uint32_t T;
         typedef int32_t Tsigned;
-        type *ptr;
-        type value;
+        T *ptr;
+        T value;
 #ifdef __CUDACC__
         __host__ __device__
 #endif
@@ -43,18 +43,18 @@ namespace gdsync {
 #ifdef __CUDACC__
         __host__ __device__
 #endif
-        inline volatile type *access_once() { return (volatile type *)ptr; }
+        inline volatile T *access_once() { return (volatile T *)ptr; }
     };
     typedef struct isem32 isem32_t;
 
     struct isem64 {
-        typedef uint64_t type;
-        type *ptr;
-        type value;
+        typedef uint64_t T;
+        T *ptr;
+        T value;
 #ifdef __CUDACC__
         __host__ __device__
 #endif
-        inline volatile type *access_once() { return (volatile type *)ptr; }
+        inline volatile T *access_once() { return (volatile T *)ptr; }
     };
     typedef struct isem64 isem64_t;
 

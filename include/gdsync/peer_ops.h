@@ -10,6 +10,14 @@
 #ifndef GDSYNC_PEER_OPS_H
 #define GDSYNC_PEER_OPS_H
 
+/*
+ * MOFED's own <infiniband/peer_ops.h> (guard PEER_OPS_H, pulled in by MOFED's verbs.h) declares the
+ * same types: where it was included first, this file declares nothing; where this file comes
+ * first it claims that guard, so a later MOFED header steps aside instead of redefining them.
+ */
+#ifndef PEER_OPS_H
+#define PEER_OPS_H
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -160,4 +168,5 @@ struct ibv_exp_peer_direct_attr {
 }
 #endif
 
+#endif /* PEER_OPS_H */
 #endif /* GDSYNC_PEER_OPS_H */

@@ -14,6 +14,25 @@
 #include <infiniband/verbs.h>
 #include <gdsync/peer_ops.h>
 
+/* MOFED's verbs.h defined these and programs written for it use them around declarations. */
+#ifndef BEGIN_C_DECLS
+#ifdef __cplusplus
+#define BEGIN_C_DECLS extern "C" {
+#define END_C_DECLS }
+#else
+#define BEGIN_C_DECLS
+#define END_C_DECLS
+#endif
+#endif
+
+/*
+ * Real MOFED headers (guard INFINIBAND_VERBS_EXP_H; MOFED's verbs.h includes verbs_exp.h) declare
+ * all of the below: then this file adds nothing. Otherwise it claims that guard, so a MOFED
+ * verbs_exp.h met later steps aside.
+ */
+#ifndef INFINIBAND_VERBS_EXP_H
+#define INFINIBAND_VERBS_EXP_H
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -29,9 +48,10 @@ enum ibv_exp_wr_opcode {
 	IBV_EXP_WR_RDMA_READ           = IBV_WR_RDMA_READ,
 	IBV_EXP_WR_ATOMIC_CMP_AND_SWP  = IBV_WR_ATOMIC_CMP_AND_SWP,
 	IBV_EXP_WR_ATOMIC_FETCH_AND_ADD = IBV_WR_ATOMIC_FETCH_AND_ADD,
-	IBV_EXP_WR_LOCAL_INV           = 7,
-	IBV_EXP_WR_BIND_MW             = 8,
-	IBV_EXP_WR_SEND_WITH_INV       = 9,
+	/* MOFED numbers these from IBV_EXP_START_ENUM, unlike rdma-core's IBV_WR_* (9, 7, 8). */
+	IBV_EXP_WR_SEND_WITH_INV       = 8 + IBV_EXP_START_ENUM,
+	IBV_EXP_WR_LOCAL_INV           = 10 + IBV_EXP_START_ENUM,
+	IBV_EXP_WR_BIND_MW             = 14 + IBV_EXP_START_ENUM,
 	IBV_EXP_WR_TSO                 = 0x4f,
 	IBV_EXP_WR_SEND_ENABLE         = 0x60,
 	IBV_EXP_WR_RECV_ENABLE         = 0x61,
@@ -317,4 +337,5 @@ struct ibv_exp_cq_init_attr {
 }
 #endif
 
+#endif /* INFINIBAND_VERBS_EXP_H */
 #endif /* GDSYNC_VERBS_EXP_H */

@@ -111,9 +111,10 @@ fn map_opcode(op: u32) -> Option<(u32, u32)> {
         4 => (4, 2),      // RDMA_READ
         5 => (5, 3),      // ATOMIC_CMP_AND_SWP → IBV_WC_COMP_SWAP
         6 => (6, 4),      // ATOMIC_FETCH_AND_ADD
-        7 => (7, 6),      // LOCAL_INV
-        9 => (9, 0),      // SEND_WITH_INV
-        0x4f => (10, 7),  // TSO
+        // MOFED numbers these from IBV_EXP_START_ENUM (0x40); rdma-core's IBV_WR_* values differ.
+        0x48 => (9, 0),  // SEND_WITH_INV → IBV_WR_SEND_WITH_INV, completes as IBV_WC_SEND
+        0x4a => (7, 6),  // LOCAL_INV → IBV_WR_LOCAL_INV, IBV_WC_LOCAL_INV
+        0x4f => (10, 7), // TSO
         _ => return None,
     })
 }
@@ -1140,6 +1141,17 @@ mod tests {
             let w = exp(0x4f, IBV_EXP_SEND_IP_CSUM, &mut sg);
             let p = translate_wr(&w, &cap, false).unwrap();
             assert_eq!((p.wr.opcode, p.wr.send_flags, p.wc_opcode), (10, IBV_SEND_IP_CSUM, 7));
+        }
+    }
+
+    #[test]
+    fn mofed_exp_opcodes_translate_to_rdma_core_ones() {
+        // MOFED's IBV_EXP_WR_SEND_WITH_INV / LOCAL_INV / BIND_MW are 0x48 / 0x4a / 0x4e.
+        assert_eq!(map_opcode(0x48), Some((9, 0)), "SEND_WITH_INV → IBV_WR_SEND_WITH_INV, IBV_WC_SEND");
+        assert_eq!(map_opcode(0x4a), Some((7, 6)), "LOCAL_INV → IBV_WR_LOCAL_INV, IBV_WC_LOCAL_INV");
+        assert_eq!(map_opcode(0x4e), None, "BIND_MW has no ibv_post_send form");
+        for raw in [7, 8, 9, 10] {
+            assert_eq!(map_opcode(raw), None, "rdma-core value {raw} is not an exp opcode");
         }
     }
 
