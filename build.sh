@@ -98,6 +98,10 @@ install_all() {
     if [ -f tools/gdrcopy/Makefile ]; then
         make -C tools/gdrcopy install DESTDIR="$D" bindir="$bindir"
     fi
+    # The diagnostic tool (a workspace binary, tools/gdrcopy_diag).
+    if [ -f "$rel/gdrcopy_diag" ]; then
+        install -D -m 0755 "$rel/gdrcopy_diag" "$D$bindir/gdrcopy_diag"
+    fi
 
     # Kernel module sources in DKMS layout (/usr/src/gdrdrv-VERSION for prefix /usr).
     if [ -d kmod/gdrdrv ]; then
