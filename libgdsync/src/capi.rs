@@ -14,7 +14,7 @@ use crate::abi::*;
 use crate::driver::cuda;
 use crate::env::settings;
 use crate::memmgr::memmgr;
-use crate::memops::{self, Desc, MAX_INLINE_COPY, PeerOp};
+use crate::memops::{self, Desc, MAX_INLINE_COPY, PeerOp, Scratch, ValueDesc};
 use crate::peer::peers;
 use crate::provider::provider;
 use crate::ranges::ranges;
@@ -33,11 +33,14 @@ fn einval(origin: &str, what: &str) -> Errno {
 }
 
 /// A 32-bit word pointer from the application must be non-NULL and 4-byte aligned.
+#[inline]
 fn check_dword_ptr(origin: &str, ptr: *mut u32) -> Result<()> {
-    if ptr.is_null() || (ptr as usize) & 3 != 0 {
-        return Err(einval(origin, &format!("invalid pointer {ptr:p}")));
-    }
-    Ok(())
+    if !ptr.is_null() && (ptr as usize) & 3 == 0 { Ok(()) } else { bad_dword_ptr(origin, ptr) }
+}
+
+#[cold]
+fn bad_dword_ptr(origin: &str, ptr: *mut u32) -> Result<()> {
+    Err(einval(origin, &format!("invalid pointer {ptr:p}")))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -115,16 +118,11 @@ unsafe fn parse_desc(origin: &str, d: &Descriptor) -> Result<Desc> {
             let r = unsafe { p.as_ref() }.ok_or_else(|| einval(origin, "WAIT descriptor with a NULL request"))?;
             Desc::Wait(parse_ops(origin, &r.wr, r.peek.entries)?)
         }
-        GDS_TAG_WAIT_VALUE32 => {
-            // SAFETY: see above.
-            let w = unsafe { d.u.wait32 };
-            Desc::WaitValue32 { ptr: w.ptr as usize, value: w.value, cond: w.cond_flags, flags: w.flags }
-        }
-        GDS_TAG_WRITE_VALUE32 => {
-            // SAFETY: see above.
-            let w = unsafe { d.u.write32 };
-            Desc::WriteValue32 { ptr: w.ptr as usize, value: w.value, flags: w.flags }
-        }
+        GDS_TAG_WAIT_VALUE32 | GDS_TAG_WRITE_VALUE32 => match value_desc(d) {
+            Some(ValueDesc::Wait { ptr, value, cond, flags }) => Desc::WaitValue32 { ptr, value, cond, flags },
+            Some(ValueDesc::Write { ptr, value, flags }) => Desc::WriteValue32 { ptr, value, flags },
+            None => unreachable!("tag checked above"),
+        },
         GDS_TAG_WRITE_MEMORY => {
             // SAFETY: see above.
             let w = unsafe { d.u.writemem };
@@ -137,24 +135,83 @@ unsafe fn parse_desc(origin: &str, d: &Descriptor) -> Result<Desc> {
 /// # Safety
 /// `descs` is NULL or points to `n` descriptors (see [`parse_desc`]).
 unsafe fn parse_descs(origin: &str, n: usize, descs: *const Descriptor) -> Result<Vec<Desc>> {
+    let mut v = Vec::new();
+    // SAFETY: forwarded contract.
+    unsafe { parse_descs_into(origin, n, descs, &mut v) }?;
+    Ok(v)
+}
+
+/// [`parse_descs`] appending to `out` (the hot path reuses a per-thread buffer).
+///
+/// # Safety
+/// As [`parse_descs`].
+unsafe fn parse_descs_into(origin: &str, n: usize, descs: *const Descriptor, out: &mut Vec<Desc>) -> Result<()> {
     if n == 0 {
-        return Ok(Vec::new());
+        return Ok(());
     }
     if descs.is_null() {
         return Err(einval(origin, "NULL descriptor array"));
     }
     // SAFETY: the caller passes `n` descriptors at `descs` (non-NULL checked).
     let s = unsafe { std::slice::from_raw_parts(descs, n) };
-    // SAFETY: per-descriptor contract forwarded.
-    s.iter().map(|d| unsafe { parse_desc(origin, d) }).collect()
+    out.reserve(n);
+    for d in s {
+        // SAFETY: per-descriptor contract forwarded.
+        out.push(unsafe { parse_desc(origin, d) }?);
+    }
+    Ok(())
 }
 
-fn post(stream: CuStream, descs: &[Desc]) -> Result<()> {
+/// The descriptors, when there are 1..=[`memops::FAST_MAX`] of them and all are
+/// WAIT_VALUE32/WRITE_VALUE32 (the shape [`memops::post_values`] takes); `None` otherwise.
+///
+/// # Safety
+/// As [`parse_descs`].
+unsafe fn value_descs<'a>(n: usize, descs: *const Descriptor) -> Option<&'a [Descriptor]> {
+    if n == 0 || n > memops::FAST_MAX || descs.is_null() {
+        return None;
+    }
+    // SAFETY: the caller passes `n` descriptors at `descs` (non-NULL checked).
+    let s = unsafe { std::slice::from_raw_parts(descs, n) };
+    s.iter().all(|d| matches!(d.tag, GDS_TAG_WAIT_VALUE32 | GDS_TAG_WRITE_VALUE32)).then_some(s)
+}
+
+/// A WAIT_VALUE32/WRITE_VALUE32 descriptor's values; `None` for the other tags.
+fn value_desc(d: &Descriptor) -> Option<ValueDesc> {
+    // Union reads: the tag selects the member; all members are plain data, any bits valid.
+    Some(match d.tag {
+        GDS_TAG_WAIT_VALUE32 => {
+            // SAFETY: see above.
+            let w = unsafe { d.u.wait32 };
+            ValueDesc::Wait { ptr: w.ptr as usize, value: w.value, cond: w.cond_flags, flags: w.flags }
+        }
+        GDS_TAG_WRITE_VALUE32 => {
+            // SAFETY: see above.
+            let w = unsafe { d.u.write32 };
+            ValueDesc::Write { ptr: w.ptr as usize, value: w.value, flags: w.flags }
+        }
+        _ => return None,
+    })
+}
+
+/// Submits `descs` on `stream` (the descriptor lists built by the verbs entry points).
+fn post(stream: CuStream, descs: Vec<Desc>) -> Result<()> {
     if descs.is_empty() {
         return Ok(());
     }
+    memops::with_scratch(|s| {
+        s.descs = descs;
+        post_scratch(stream, s)
+    })
+}
+
+/// Submits the descriptors already parsed into `s.descs`.
+fn post_scratch(stream: CuStream, s: &mut Scratch) -> Result<()> {
+    if s.descs.is_empty() {
+        return Ok(());
+    }
     let c = cuda()?;
-    memops::stream_post(c, settings(), peers(), memmgr(), ranges(), stream as usize, descs)
+    memops::stream_post(c, settings(), peers(), memmgr(), ranges(), stream as usize, s)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -376,7 +433,7 @@ pub unsafe extern "C" fn gds_stream_queue_send(
         // SAFETY: forwarded contract.
         unsafe { prepare_send(qp, wr, bad_wr, &mut req) }?;
         let ops = parse_ops("gds_stream_queue_send", &req.wr, req.commit.entries)?;
-        post(stream, &[Desc::Send(ops)])
+        post(stream, vec![Desc::Send(ops)])
     })
 }
 
@@ -411,7 +468,7 @@ pub unsafe extern "C" fn gds_stream_post_send(stream: CuStream, request: *mut Se
     ffi!("gds_stream_post_send", {
         // SAFETY: forwarded contract (one request).
         let d = unsafe { send_descs("gds_stream_post_send", 1, request) }?;
-        post(stream, &d)
+        post(stream, d)
     })
 }
 
@@ -424,7 +481,7 @@ pub unsafe extern "C" fn gds_stream_post_send_all(stream: CuStream, count: c_int
     ffi!("gds_stream_post_send_all", {
         // SAFETY: forwarded contract.
         let d = unsafe { send_descs("gds_stream_post_send_all", count, request) }?;
-        post(stream, &d)
+        post(stream, d)
     })
 }
 
@@ -474,7 +531,7 @@ pub unsafe extern "C" fn gds_stream_post_wait_cq(stream: CuStream, request: *mut
     ffi!("gds_stream_post_wait_cq", {
         // SAFETY: forwarded contract.
         let d = unsafe { wait_descs("gds_stream_post_wait_cq", 1, request) }?;
-        post(stream, &d)
+        post(stream, d)
     })
 }
 
@@ -491,7 +548,7 @@ pub unsafe extern "C" fn gds_stream_post_wait_cq_all(
     ffi!("gds_stream_post_wait_cq_all", {
         // SAFETY: forwarded contract.
         let d = unsafe { wait_descs("gds_stream_post_wait_cq_all", count, request) }?;
-        post(stream, &d)
+        post(stream, d)
     })
 }
 
@@ -515,7 +572,7 @@ pub unsafe extern "C" fn gds_stream_wait_cq(stream: CuStream, cq: *mut GdsCq, fl
         // SAFETY: forwarded contract. Unlike upstream (which returned 0), a failure is reported.
         unsafe { prepare_wait(cq, &mut req) }?;
         let ops = parse_ops(F, &req.wr, req.peek.entries)?;
-        if let Err(e) = post(stream, &[Desc::Wait(ops)]) {
+        if let Err(e) = post(stream, vec![Desc::Wait(ops)]) {
             // SAFETY: forwarded contract.
             let _ = unsafe { provider().abort_wait(cq, req.peek.peek_id) };
             return Err(e);
@@ -632,8 +689,18 @@ pub unsafe extern "C" fn gds_stream_post_descriptors(
             gds_dbg!("gds_stream_post_descriptors", "flags {flags:#x} ignored (reserved, as upstream)");
         }
         // SAFETY: forwarded contract.
-        let d = unsafe { parse_descs("gds_stream_post_descriptors", n_descs, descs) }?;
-        post(stream, &d)
+        if let Some(values) = unsafe { value_descs(n_descs, descs) } {
+            let (c, env) = (cuda()?, settings());
+            let vals = values.iter().filter_map(value_desc);
+            if let Some(r) = memops::post_values(c, env, peers(), memmgr(), stream as usize, vals) {
+                return r;
+            }
+        }
+        memops::with_scratch(|s| {
+            // SAFETY: forwarded contract.
+            unsafe { parse_descs_into("gds_stream_post_descriptors", n_descs, descs, &mut s.descs) }?;
+            post_scratch(stream, s)
+        })
     })
 }
 
@@ -840,7 +907,7 @@ pub unsafe extern "C" fn gds_stream_post_poll_dword(
     flags: c_int,
 ) -> c_int {
     ffi!("gds_stream_post_poll_dword", {
-        post(stream, &[Desc::WaitValue32 { ptr: ptr as usize, value: magic, cond: cond_flag, flags }])
+        post(stream, vec![Desc::WaitValue32 { ptr: ptr as usize, value: magic, cond: cond_flag, flags }])
     })
 }
 
@@ -855,7 +922,7 @@ pub unsafe extern "C" fn gds_stream_post_poke_dword(
     value: u32,
     flags: c_int,
 ) -> c_int {
-    ffi!("gds_stream_post_poke_dword", { post(stream, &[Desc::WriteValue32 { ptr: ptr as usize, value, flags }]) })
+    ffi!("gds_stream_post_poke_dword", { post(stream, vec![Desc::WriteValue32 { ptr: ptr as usize, value, flags }]) })
 }
 
 /// `int gds_stream_post_inline_copy(CUstream, void *ptr, void *src, size_t nbytes, int flags)`
@@ -871,7 +938,7 @@ pub unsafe extern "C" fn gds_stream_post_inline_copy(
     flags: c_int,
 ) -> c_int {
     ffi!("gds_stream_post_inline_copy", {
-        post(stream, &[Desc::WriteMemory { dest: ptr as usize, src: src as usize, count: nbytes, flags }])
+        post(stream, vec![Desc::WriteMemory { dest: ptr as usize, src: src as usize, count: nbytes, flags }])
     })
 }
 
@@ -939,7 +1006,7 @@ pub unsafe extern "C" fn gds_stream_post_polls_and_pokes(
         let (p, v, f) =
             unsafe { (arr(F, poke_ptrs, n_pokes)?, arr(F, poke_values, n_pokes)?, arr(F, poke_flags, n_pokes)?) };
         d.extend((0..n_pokes).map(|i| Desc::WriteValue32 { ptr: p[i] as usize, value: v[i], flags: f[i] }));
-        post(stream, &d)
+        post(stream, d)
     })
 }
 
@@ -982,7 +1049,7 @@ pub unsafe extern "C" fn gds_stream_post_polls_and_immediate_copies(
             count: b[i],
             flags: f[i],
         }));
-        post(stream, &d)
+        post(stream, d)
     })
 }
 

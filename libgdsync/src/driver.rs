@@ -15,12 +15,12 @@ use crate::abi::BatchMemOpParams;
 /// A driver call's result: the value, or the failing `CUresult`.
 pub type CuRes<T> = Result<T, CuResult>;
 
-pub const CUDA_ERROR_INVALID_VALUE: CuResult = 1;
-pub const CUDA_ERROR_OUT_OF_MEMORY: CuResult = 2;
-pub const CUDA_ERROR_NOT_INITIALIZED: CuResult = 3;
+pub use gpudirect_common::cuda::{
+    CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_OUT_OF_MEMORY,
+};
+/// The two results only the registration cache tells apart (the workspace's shared set lacks them).
 pub const CUDA_ERROR_ALREADY_MAPPED: CuResult = 208;
 pub const CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: CuResult = 712;
-pub const CUDA_ERROR_NOT_SUPPORTED: CuResult = 801;
 
 pub const CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1: c_int = 92;
 pub const CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1: c_int = 93;
@@ -50,6 +50,8 @@ pub trait Cuda: Sync {
     fn ctx_push(&self, ctx: usize) -> CuRes<()>;
     fn ctx_pop(&self) -> CuRes<()>;
     fn ctx_get_device(&self) -> CuRes<i32>;
+    /// `cuDeviceGetCount`.
+    fn device_count(&self) -> CuRes<i32>;
     fn device_get_attribute(&self, attr: c_int, dev: i32) -> CuRes<i32>;
     /// `cuStreamBatchMemOp`; the driver may write the `alias` fields, hence `&mut`.
     fn batch_mem_op(&self, stream: usize, ops: &mut [BatchMemOpParams], flags: u32) -> CuRes<()>;
@@ -68,6 +70,7 @@ type FnStreamGetCtx = unsafe extern "C" fn(usize, *mut usize) -> CuResult;
 type FnCtxPush = unsafe extern "C" fn(usize) -> CuResult;
 type FnCtxPop = unsafe extern "C" fn(*mut usize) -> CuResult;
 type FnCtxGetDevice = unsafe extern "C" fn(*mut c_int) -> CuResult;
+type FnDeviceGetCount = unsafe extern "C" fn(*mut c_int) -> CuResult;
 type FnDeviceGetAttribute = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult;
 type FnBatchMemOp = unsafe extern "C" fn(usize, c_uint, *mut BatchMemOpParams, c_uint) -> CuResult;
 type FnMemHostRegister = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> CuResult;
@@ -87,6 +90,7 @@ pub struct RealCuda {
     ctx_push: FnCtxPush,
     ctx_pop: FnCtxPop,
     ctx_get_device: FnCtxGetDevice,
+    device_count: FnDeviceGetCount,
     device_get_attribute: FnDeviceGetAttribute,
     batch_mem_op: FnBatchMemOp,
     mem_host_register: FnMemHostRegister,
@@ -139,6 +143,7 @@ impl RealCuda {
             ctx_push: get!(c"cuCtxPushCurrent", FnCtxPush),
             ctx_pop: get!(c"cuCtxPopCurrent", FnCtxPop),
             ctx_get_device: get!(c"cuCtxGetDevice", FnCtxGetDevice),
+            device_count: get!(c"cuDeviceGetCount", FnDeviceGetCount),
             device_get_attribute: get!(c"cuDeviceGetAttribute", FnDeviceGetAttribute),
             batch_mem_op: get!(c"cuStreamBatchMemOp", FnBatchMemOp),
             mem_host_register: get!(c"cuMemHostRegister", FnMemHostRegister),
@@ -189,6 +194,12 @@ impl Cuda for RealCuda {
         // SAFETY: valid out pointer.
         check(unsafe { (self.ctx_get_device)(&mut d) })?;
         Ok(d)
+    }
+    fn device_count(&self) -> CuRes<i32> {
+        let mut n: c_int = 0;
+        // SAFETY: valid out pointer.
+        check(unsafe { (self.device_count)(&mut n) })?;
+        Ok(n)
     }
     fn device_get_attribute(&self, attr: c_int, dev: i32) -> CuRes<i32> {
         let mut v: c_int = 0;

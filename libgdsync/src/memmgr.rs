@@ -7,8 +7,10 @@
 
 #![forbid(unsafe_code)]
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use gpudirect_common::{Errno, Result};
 
@@ -34,9 +36,49 @@ pub enum Lookup {
     NotFound,
 }
 
-#[derive(Default)]
 pub struct MemMgr {
     map: Mutex<BTreeMap<usize, Interval>>,
+    /// Distinguishes caches in the per-thread memo (tests make several).
+    id: u64,
+    /// Bumped whenever an interval is removed: a memo taken under an older value is not used.
+    generation: AtomicU64,
+}
+
+impl Default for MemMgr {
+    fn default() -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        MemMgr { map: Mutex::default(), id: NEXT_ID.fetch_add(1, Ordering::Relaxed), generation: AtomicU64::new(0) }
+    }
+}
+
+/// The interval a thread translated through last: a stream-ordered program posts the same flag
+/// words again and again, so most translations hit it without taking the cache's lock.
+#[derive(Clone, Copy)]
+struct Memo {
+    mm: u64,
+    generation: u64,
+    start: usize,
+    end: usize,
+    dev_base: u64,
+}
+
+thread_local! {
+    static MEMO: Cell<Option<Memo>> = const { Cell::new(None) };
+}
+
+/// A memo is only as good as the cache state it was taken in: `release` removes the interval
+/// under the lock and bumps the generation before undoing the registration, so a memo taken
+/// before a release is never used after it (a translation racing the release itself can return
+/// the old address either way, with or without the memo, as in upstream).
+#[inline]
+fn memo_get(mm: &MemMgr, start: usize, end: usize) -> Option<u64> {
+    let m = MEMO.try_with(Cell::get).ok().flatten()?;
+    (m.mm == mm.id && m.generation == mm.generation.load(Ordering::Acquire) && m.start <= start && end <= m.end)
+        .then(|| m.dev_base + (start - m.start) as u64)
+}
+
+fn memo_put(m: Memo) {
+    let _ = MEMO.try_with(|c| c.set(Some(m)));
 }
 
 fn lookup_in(map: &BTreeMap<usize, Interval>, start: usize, end: usize) -> Lookup {
@@ -62,8 +104,20 @@ impl MemMgr {
     }
 
     /// Translates `[ptr, ptr+size)` of memory type `mem_type` into a device address, registering
-    /// host/I/O memory on first use (`gds_map_mem`).
+    /// host/I/O memory on first use (`gds_map_mem`). A repeat of this thread's last translation
+    /// is answered inline from the memo; everything else (and every error) goes the full way.
+    #[inline]
     pub fn map_mem(&self, cuda: &dyn Cuda, ptr: usize, size: usize, mem_type: i32) -> Result<u64> {
+        let valid = ptr != 0 && matches!(mem_type, GDS_MEMORY_GPU | GDS_MEMORY_HOST | GDS_MEMORY_IO);
+        if let (true, Some(end)) = (valid, ptr.checked_add(size.max(1) - 1))
+            && let Some(d) = memo_get(self, ptr, end)
+        {
+            return Ok(d);
+        }
+        self.map_mem_locked(cuda, ptr, size, mem_type)
+    }
+
+    fn map_mem_locked(&self, cuda: &dyn Cuda, ptr: usize, size: usize, mem_type: i32) -> Result<u64> {
         const F: &str = "gds_map_mem";
         if ptr == 0 {
             gds_err!(F, "NULL pointer");
@@ -83,8 +137,16 @@ impl MemMgr {
             }
         };
         let mut map = self.lock();
+        let generation = self.generation.load(Ordering::Acquire);
+        let memo =
+            |start: usize, iv: &Interval| Memo { mm: self.id, generation, start, end: iv.end, dev_base: iv.dev_base };
         match lookup_in(&map, ptr, end) {
-            Lookup::Contained(d) => return Ok(d),
+            Lookup::Contained(d) => {
+                if let Some((&s, iv)) = map.range(..=ptr).next_back() {
+                    memo_put(memo(s, iv));
+                }
+                return Ok(d);
+            }
             Lookup::Partial => {
                 gds_err!(F, "range {ptr:#x}+{size} partially overlaps a registered range");
                 return Err(Errno::EINVAL);
@@ -124,13 +186,20 @@ impl MemMgr {
             }
         };
         gds_dbg!(F, "registered {page:#x}+{len} type {mem_type} -> dev {dev:#x}");
-        map.insert(page, Interval { end: page + len - 1, dev_base: dev, owned });
+        let iv = Interval { end: page + len - 1, dev_base: dev, owned };
+        memo_put(memo(page, &iv));
+        map.insert(page, iv);
         Ok(dev + (ptr - page) as u64)
     }
 
     /// Forgets the interval starting at `page` and undoes its registration if we made it.
     pub fn release(&self, cuda: &dyn Cuda, page: usize) -> Result<()> {
-        let iv = self.lock().remove(&page).ok_or(Errno::EINVAL)?;
+        let iv = {
+            let mut map = self.lock();
+            let iv = map.remove(&page).ok_or(Errno::EINVAL)?;
+            self.generation.fetch_add(1, Ordering::AcqRel);
+            iv
+        };
         let undone = if iv.owned { cuda.mem_host_unregister(page) } else { Ok(()) };
         if let Err(r) = undone {
             gds_warn!("gds_unmap_mem", "cuMemHostUnregister({page:#x}) failed: {r}");
@@ -198,6 +267,31 @@ mod tests {
         // Not ours: releasing it must not unregister.
         m.release(&cuda, 0x5000).unwrap();
         assert!(cuda.unregistered().is_empty());
+    }
+
+    #[test]
+    fn memo_serves_repeats_and_dies_with_a_release() {
+        let cuda = FakeCuda::new();
+        let m = MemMgr::default();
+        let p = 0x40_0100usize;
+        let d = m.map_mem(&cuda, p, 4, GDS_MEMORY_HOST).unwrap();
+        // Poison the locked map: only the memo can answer now.
+        let saved = std::mem::take(&mut *m.lock());
+        assert_eq!(m.map_mem(&cuda, p + 8, 4, GDS_MEMORY_HOST).unwrap(), d + 8, "memo hit");
+        assert_eq!(cuda.registered().len(), 1);
+        *m.lock() = saved;
+        // Another cache's memo is not ours.
+        let other = MemMgr::default();
+        other.map_mem(&cuda, p, 4, GDS_MEMORY_HOST).unwrap();
+        assert_eq!(cuda.registered().len(), 2, "a second cache registers for itself");
+        // After a release the memo must not answer: the range is registered again.
+        m.release(&cuda, 0x40_0000).unwrap();
+        m.map_mem(&cuda, p, 4, GDS_MEMORY_HOST).unwrap();
+        assert_eq!(cuda.registered().len(), 3, "released range re-registered, not served from the memo");
+        // A range leaving the memo's interval goes to the map (partial overlap is still refused).
+        assert_eq!(m.map_mem(&cuda, 0x40_0ffc, 8, GDS_MEMORY_HOST), Err(Errno::EINVAL));
+        // Invalid arguments are refused before the memo is consulted.
+        assert_eq!(m.map_mem(&cuda, p, 4, 0), Err(Errno::EINVAL));
     }
 
     #[test]

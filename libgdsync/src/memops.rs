@@ -12,7 +12,7 @@ use crate::abi::*;
 use crate::driver::{Cuda, errno_of};
 use crate::env::Settings;
 use crate::memmgr::MemMgr;
-use crate::peer::{Caps, Peers};
+use crate::peer::{self, Caps, Peers};
 use crate::ranges::Ranges;
 
 /// Largest number of operations one `cuStreamBatchMemOp` call takes ("must be less than 256").
@@ -95,6 +95,19 @@ impl MemOp {
     }
 }
 
+impl MemOp {
+    /// The memop a parameter record holds (for logs); `None` for an operation we never emit.
+    fn from_params(p: &BatchMemOpParams) -> Option<MemOp> {
+        let (addr, flags) = (p.address, p.flags);
+        Some(match p.operation {
+            CU_STREAM_MEM_OP_WAIT_VALUE_32 => MemOp::Wait32 { addr, value: p.value64 as u32, flags },
+            CU_STREAM_MEM_OP_WRITE_VALUE_32 => MemOp::Write32 { addr, value: p.value64 as u32, flags },
+            CU_STREAM_MEM_OP_WRITE_VALUE_64 => MemOp::Write64 { addr, value: p.value64, flags },
+            _ => return None,
+        })
+    }
+}
+
 impl std::fmt::Display for MemOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match *self {
@@ -111,8 +124,24 @@ impl std::fmt::Display for MemOp {
     }
 }
 
-/// Checks the flags of a WAIT_VALUE32 request (prepare time and post time).
+/// Exactly one memory type in `flags`.
+#[inline]
+fn mem_type_ok(flags: i32) -> bool {
+    matches!(flags & GDS_MEMORY_MASK, GDS_MEMORY_GPU | GDS_MEMORY_HOST | GDS_MEMORY_IO)
+}
+
+/// Checks the flags of a WAIT_VALUE32 request (prepare time and post time). The test is inline
+/// (it runs several times per enqueue); reporting a failure is out of line.
+#[inline]
 pub fn check_wait_value32(cond: u32, flags: i32) -> Result<()> {
+    if flags & !(GDS_WAIT_POST_FLUSH_REMOTE | GDS_MEMORY_MASK) == 0 && mem_type_ok(flags) && cond <= GDS_WAIT_COND_NOR {
+        return Ok(());
+    }
+    bad_wait_value32(cond, flags)
+}
+
+#[cold]
+fn bad_wait_value32(cond: u32, flags: i32) -> Result<()> {
     const F: &str = "gds_prepare_wait_value32";
     if flags & !(GDS_WAIT_POST_FLUSH_REMOTE | GDS_MEMORY_MASK) != 0 {
         gds_err!(F, "invalid flags {flags:#x}");
@@ -126,8 +155,17 @@ pub fn check_wait_value32(cond: u32, flags: i32) -> Result<()> {
     Ok(())
 }
 
-/// Checks the flags of a WRITE_VALUE32 request.
+/// Checks the flags of a WRITE_VALUE32 request (inline test, out-of-line report).
+#[inline]
 pub fn check_write_value32(flags: i32) -> Result<()> {
+    if flags & !(GDS_WRITE_PRE_BARRIER_SYS | GDS_MEMORY_MASK) == 0 && mem_type_ok(flags) {
+        return Ok(());
+    }
+    bad_write_value32(flags)
+}
+
+#[cold]
+fn bad_write_value32(flags: i32) -> Result<()> {
     const F: &str = "gds_prepare_write_value32";
     if flags & !(GDS_WRITE_PRE_BARRIER_SYS | GDS_MEMORY_MASK) != 0 {
         gds_err!(F, "invalid flags {flags:#x}");
@@ -157,6 +195,81 @@ fn check_mem_type(origin: &str, flags: i32) -> Result<()> {
     }
 }
 
+/// The WAIT_VALUE_32 memop for a poll of `addr` (`cond` a GDS_WAIT_COND_*, `gds_flags` the
+/// descriptor's flags: remote flush).
+fn wait_op(caps: &Caps, addr: u64, value: u32, cond: u32, gds_flags: i32) -> Result<MemOp> {
+    const F: &str = "gds_fill_poll";
+    check_aligned(F, "wait address", addr, 4)?;
+    let mut flags = match cond {
+        GDS_WAIT_COND_GEQ | GDS_WAIT_COND_EQ | GDS_WAIT_COND_AND => cond,
+        GDS_WAIT_COND_NOR if caps.has_wait_nor => cond,
+        GDS_WAIT_COND_NOR => {
+            gds_err!(
+                F,
+                "GDS_WAIT_COND_NOR is not available on GPU {} (unsupported by the device, or GDS_DISABLE_WAIT_NOR is not 0)",
+                caps.device
+            );
+            return Err(Errno::EINVAL);
+        }
+        c => {
+            gds_err!(F, "invalid wait condition {c}");
+            return Err(Errno::EINVAL);
+        }
+    };
+    if gds_flags & GDS_WAIT_POST_FLUSH_REMOTE != 0 {
+        if caps.has_remote_flush {
+            flags |= CU_STREAM_WAIT_VALUE_FLUSH;
+        } else {
+            gds_warn_once!(
+                F,
+                "GPU cannot flush remote writes (or GDS_DISABLE_REMOTE_FLUSH is set): consistency of RDMA data for GPU work launched after a wait is not guaranteed"
+            );
+        }
+    }
+    Ok(MemOp::Wait32 { addr, value, flags })
+}
+
+/// A write without barrier only where the driver accepts that flag (v1 entry points).
+fn write_flags(caps: &Caps, barrier: bool) -> u32 {
+    if barrier || !caps.write_no_barrier {
+        CU_STREAM_WRITE_VALUE_DEFAULT
+    } else {
+        CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER
+    }
+}
+
+/// The WRITE_VALUE_32 memop storing `value` at `addr`.
+fn write_op(caps: &Caps, addr: u64, value: u32, barrier: bool) -> Result<MemOp> {
+    check_aligned("gds_fill_poke", "write address", addr, 4)?;
+    Ok(MemOp::Write32 { addr, value, flags: write_flags(caps, barrier) })
+}
+
+/// A WAIT_VALUE32 or WRITE_VALUE32 descriptor: the two that carry no op list (plain values).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueDesc {
+    Wait { ptr: usize, value: u32, cond: u32, flags: i32 },
+    Write { ptr: usize, value: u32, flags: i32 },
+}
+
+/// The memop of one value descriptor (spec §5.5 step 4): flag checks, alignment, translation of
+/// the address (registering host memory on first use), then the wait/write memop.
+fn value_op(caps: &Caps, d: ValueDesc, map: &mut dyn FnMut(usize, usize, i32) -> Result<u64>) -> Result<MemOp> {
+    match d {
+        ValueDesc::Wait { ptr, value, cond, flags } => {
+            check_wait_value32(cond, flags)?;
+            aligned(ptr, 4)?;
+            let addr = map(ptr, 4, flags & GDS_MEMORY_MASK)?;
+            wait_op(caps, addr, value, cond, flags)
+        }
+        ValueDesc::Write { ptr, value, flags } => {
+            check_write_value32(flags)?;
+            aligned(ptr, 4)?;
+            let addr = map(ptr, 4, flags & GDS_MEMORY_MASK)?;
+            write_op(caps, addr, value, flags & GDS_WRITE_PRE_BARRIER_SYS != 0)
+        }
+    }
+}
+
 /// Builds the memop list for one submission.
 pub struct Emitter<'a> {
     caps: &'a Caps,
@@ -170,51 +283,18 @@ impl<'a> Emitter<'a> {
     }
 
     fn poll(&mut self, addr: u64, value: u32, cond: u32, gds_flags: i32) -> Result<()> {
-        const F: &str = "gds_fill_poll";
-        check_aligned(F, "wait address", addr, 4)?;
-        let mut flags = match cond {
-            GDS_WAIT_COND_GEQ | GDS_WAIT_COND_EQ | GDS_WAIT_COND_AND => cond,
-            GDS_WAIT_COND_NOR if self.caps.has_wait_nor => cond,
-            GDS_WAIT_COND_NOR => {
-                gds_err!(
-                    F,
-                    "GDS_WAIT_COND_NOR is not available on GPU {} (unsupported by the device, or GDS_DISABLE_WAIT_NOR is not 0)",
-                    self.caps.device
-                );
-                return Err(Errno::EINVAL);
-            }
-            c => {
-                gds_err!(F, "invalid wait condition {c}");
-                return Err(Errno::EINVAL);
-            }
-        };
-        if gds_flags & GDS_WAIT_POST_FLUSH_REMOTE != 0 {
-            if self.caps.has_remote_flush {
-                flags |= CU_STREAM_WAIT_VALUE_FLUSH;
-            } else {
-                gds_warn_once!(
-                    F,
-                    "GPU cannot flush remote writes (or GDS_DISABLE_REMOTE_FLUSH is set): consistency of RDMA data for GPU work launched after a wait is not guaranteed"
-                );
-            }
-        }
-        self.ops.push(MemOp::Wait32 { addr, value, flags });
+        let op = wait_op(self.caps, addr, value, cond, gds_flags)?;
+        self.ops.push(op);
         Ok(())
     }
 
-    /// A write without barrier only where the driver accepts that flag (v1 entry points).
     fn write_flags(&self, barrier: bool) -> u32 {
-        if barrier || !self.caps.write_no_barrier {
-            CU_STREAM_WRITE_VALUE_DEFAULT
-        } else {
-            CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER
-        }
+        write_flags(self.caps, barrier)
     }
 
     fn poke(&mut self, addr: u64, value: u32, barrier: bool) -> Result<()> {
-        check_aligned("gds_fill_poke", "write address", addr, 4)?;
-        let flags = self.write_flags(barrier);
-        self.ops.push(MemOp::Write32 { addr, value, flags });
+        let op = write_op(self.caps, addr, value, barrier)?;
+        self.ops.push(op);
         Ok(())
     }
 
@@ -297,23 +377,47 @@ pub fn translate(
     descs: &[Desc],
     map: &mut dyn FnMut(usize, usize, i32) -> Result<u64>,
 ) -> Result<Vec<MemOp>> {
-    const F: &str = "gds_stream_post_descriptors";
+    let mut ops = Vec::new();
+    translate_into(caps, ranges, descs, map, &mut ops)?;
+    Ok(ops)
+}
+
+/// [`translate`] into a caller's (cleared) buffer, so a hot caller can reuse its capacity.
+pub fn translate_into(
+    caps: &Caps,
+    ranges: &Ranges,
+    descs: &[Desc],
+    map: &mut dyn FnMut(usize, usize, i32) -> Result<u64>,
+    out: &mut Vec<MemOp>,
+) -> Result<()> {
     // Flush coalescing: when no SEND follows the last WAIT, only that last WAIT flushes.
     let last_wait = descs.iter().rposition(|d| matches!(d, Desc::Wait(_)));
     let coalesce = last_wait.is_some_and(|lw| !descs[lw + 1..].iter().any(|d| matches!(d, Desc::Send(_))));
-    let mut e = Emitter::new(caps, ranges);
+    out.clear();
+    let mut e = Emitter { caps, ranges, ops: std::mem::take(out) };
+    let r = emit_all(&mut e, descs, last_wait, coalesce, map);
+    *out = e.ops;
+    r
+}
+
+fn emit_all(
+    e: &mut Emitter<'_>,
+    descs: &[Desc],
+    last_wait: Option<usize>,
+    coalesce: bool,
+    map: &mut dyn FnMut(usize, usize, i32) -> Result<u64>,
+) -> Result<()> {
+    const F: &str = "gds_stream_post_descriptors";
     for (i, d) in descs.iter().enumerate() {
         let r = match d {
             Desc::Send(ops) => e.peer_ops(ops, false),
             Desc::Wait(ops) => e.peer_ops(ops, coalesce && Some(i) != last_wait),
-            &Desc::WaitValue32 { ptr, value, cond, flags } => check_wait_value32(cond, flags)
-                .and_then(|_| aligned(ptr, 4))
-                .and_then(|_| map(ptr, 4, flags & GDS_MEMORY_MASK))
-                .and_then(|addr| e.poll(addr, value, cond, flags)),
-            &Desc::WriteValue32 { ptr, value, flags } => check_write_value32(flags)
-                .and_then(|_| aligned(ptr, 4))
-                .and_then(|_| map(ptr, 4, flags & GDS_MEMORY_MASK))
-                .and_then(|addr| e.poke(addr, value, flags & GDS_WRITE_PRE_BARRIER_SYS != 0)),
+            &Desc::WaitValue32 { ptr, value, cond, flags } => {
+                value_op(e.caps, ValueDesc::Wait { ptr, value, cond, flags }, map).map(|op| e.ops.push(op))
+            }
+            &Desc::WriteValue32 { ptr, value, flags } => {
+                value_op(e.caps, ValueDesc::Write { ptr, value, flags }, map).map(|op| e.ops.push(op))
+            }
             &Desc::WriteMemory { flags, .. } => check_write_memory(flags).and_then(|_| {
                 gds_err!(
                     F,
@@ -327,7 +431,7 @@ pub fn translate(
             return Err(err);
         }
     }
-    Ok(e.ops)
+    Ok(())
 }
 
 fn aligned(ptr: usize, a: usize) -> Result<()> {
@@ -336,22 +440,38 @@ fn aligned(ptr: usize, a: usize) -> Result<()> {
 
 /// `Ok` when `addr` is a multiple of `a` (a power of two); otherwise logs
 /// "`what` ADDR is not A-byte aligned" under `origin` and fails with `EINVAL`.
+#[inline]
 pub(crate) fn check_aligned(origin: &str, what: &str, addr: u64, a: u64) -> Result<()> {
-    if addr & (a - 1) != 0 {
-        gds_err!(origin, "{what} {addr:#x} is not {a}-byte aligned");
-        return Err(Errno::EINVAL);
-    }
-    Ok(())
+    if addr & (a - 1) == 0 { Ok(()) } else { misaligned(origin, what, addr, a) }
+}
+
+#[cold]
+fn misaligned(origin: &str, what: &str, addr: u64, a: u64) -> Result<()> {
+    gds_err!(origin, "{what} {addr:#x} is not {a}-byte aligned");
+    Err(Errno::EINVAL)
 }
 
 /// Hands `ops` to the driver in order, at most [`MAX_BATCH`] per call.
 pub fn submit(cuda: &dyn Cuda, stream: usize, ops: &[MemOp], relaxed: bool, dump: bool) -> Result<()> {
+    submit_with(cuda, stream, ops, relaxed, dump, &mut Vec::new())
+}
+
+/// [`submit`] building the driver's parameter array in a caller's reusable buffer.
+fn submit_with(
+    cuda: &dyn Cuda,
+    stream: usize,
+    ops: &[MemOp],
+    relaxed: bool,
+    dump: bool,
+    params: &mut Vec<BatchMemOpParams>,
+) -> Result<()> {
     const F: &str = "gds_stream_batch_ops";
     let flags = if relaxed { CU_STREAM_BATCH_MEM_OP_RELAXED_ORDERING } else { 0 };
     let mut done = 0usize;
     for chunk in ops.chunks(MAX_BATCH) {
-        let mut params: Vec<BatchMemOpParams> = chunk.iter().map(|o| o.to_params()).collect();
-        if let Err(r) = cuda.batch_mem_op(stream, &mut params, flags) {
+        params.clear();
+        params.extend(chunk.iter().map(|o| o.to_params()));
+        if let Err(r) = cuda.batch_mem_op(stream, params, flags) {
             gds_err!(
                 F,
                 "cuStreamBatchMemOp({} ops) failed: {} ({r}); {done} of {} ops were already enqueued",
@@ -374,7 +494,48 @@ pub fn submit(cuda: &dyn Cuda, stream: usize, ops: &[MemOp], relaxed: bool, dump
     Ok(())
 }
 
-/// `gds_stream_post_descriptors` after the C layer copied the descriptors.
+/// Buffers one submission needs, kept per thread so that a steady stream of calls allocates
+/// nothing (see [`with_scratch`]).
+#[derive(Default)]
+pub struct Scratch {
+    pub descs: Vec<Desc>,
+    ops: Vec<MemOp>,
+    params: Vec<BatchMemOpParams>,
+}
+
+impl Scratch {
+    /// Larger buffers than this are not kept after a call (one huge call must not pin memory).
+    const KEEP: usize = 4 * MAX_BATCH;
+
+    fn trim(&mut self) {
+        self.descs.clear();
+        if self.descs.capacity() > Self::KEEP {
+            self.descs = Vec::new();
+        }
+        if self.ops.capacity() > Self::KEEP {
+            self.ops = Vec::new();
+        }
+        if self.params.capacity() > MAX_BATCH {
+            self.params = Vec::new();
+        }
+    }
+}
+
+/// Runs `f` with this thread's [`Scratch`]. The buffers are taken out of the thread-local slot
+/// for the call (an empty set stays behind), so a nested call or one during thread exit simply
+/// starts from empty buffers.
+pub fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    thread_local! {
+        static SCRATCH: std::cell::Cell<Scratch> = std::cell::Cell::default();
+    }
+    let mut s = SCRATCH.try_with(std::cell::Cell::take).unwrap_or_default();
+    let r = f(&mut s);
+    s.trim();
+    let _ = SCRATCH.try_with(|c| c.set(s));
+    r
+}
+
+/// `gds_stream_post_descriptors` after the C layer copied the descriptors into `scratch.descs`.
 pub fn stream_post(
     cuda: &dyn Cuda,
     env: &Settings,
@@ -382,15 +543,87 @@ pub fn stream_post(
     mm: &MemMgr,
     ranges: &Ranges,
     stream: usize,
-    descs: &[Desc],
+    scratch: &mut Scratch,
 ) -> Result<()> {
+    let Scratch { descs, ops, params } = scratch;
     if descs.is_empty() {
         return Ok(());
     }
-    let caps = peers.from_stream(cuda, env, stream)?;
-    let ops = translate(&caps, ranges, descs, &mut |p, s, t| mm.map_mem(cuda, p, s, t))?;
+    // Every GPU alike: the stream's device cannot matter (peer.rs); otherwise resolve it.
+    let (caps, resolved) = match peers.uniform(cuda, env) {
+        Some(c) => (c, false),
+        None => (peers.from_stream(cuda, env, stream)?, true),
+    };
+    translate_into(&caps, ranges, descs, &mut |p, s, t| mm.map_mem(cuda, p, s, t), ops)?;
     gds_dbg!("gds_stream_post_descriptors", "{} descriptors -> {} memops", descs.len(), ops.len());
-    submit(cuda, stream, &ops, !env.disable_weak_consistency && caps.has_weak, env.enable_dump_memops)
+    let relaxed = !env.disable_weak_consistency && caps.has_weak;
+    let r = submit_with(cuda, stream, ops, relaxed, env.enable_dump_memops, params);
+    if resolved { r } else { classify_refusal(cuda, stream, r) }
+}
+
+/// After a submission on a stream that was not looked up first (uniform capabilities): a stream
+/// the driver refused gets upstream's answer for a stream whose context cannot be found (EINVAL,
+/// with its log line); other failures stay as they are.
+fn classify_refusal(cuda: &dyn Cuda, stream: usize, r: Result<()>) -> Result<()> {
+    r.map_err(|e| peer::device_of_stream(cuda, stream).err().unwrap_or(e))
+}
+
+/// At most this many descriptors take [`post_values`].
+pub const FAST_MAX: usize = 4;
+
+/// [`stream_post`] for up to [`FAST_MAX`] WAIT_VALUE32/WRITE_VALUE32 descriptors (a flag wait
+/// plus a flag write is the call a stream-synchronised program makes per step) when every GPU is
+/// alike: the memops go from the descriptors into one stack array and one driver call, with the
+/// same checks, flags, log lines and errors as the general path. `None` when the GPUs differ
+/// (the caller then takes [`stream_post`], which resolves the stream).
+pub fn post_values(
+    cuda: &dyn Cuda,
+    env: &Settings,
+    peers: &Peers,
+    mm: &MemMgr,
+    stream: usize,
+    descs: impl Iterator<Item = ValueDesc>,
+) -> Option<Result<()>> {
+    const F: &str = "gds_stream_post_descriptors";
+    let caps = peers.uniform(cuda, env)?;
+    let mut params = [BatchMemOpParams::default(); FAST_MAX];
+    let mut map = |p, s, t| mm.map_mem(cuda, p, s, t);
+    let mut n = 0;
+    for (d, slot) in descs.zip(params.iter_mut()) {
+        match value_op(&caps, d, &mut map) {
+            Ok(op) => *slot = op.to_params(),
+            Err(err) => {
+                gds_err!(F, "descriptor {n} failed: {err}");
+                return Some(Err(err));
+            }
+        }
+        n += 1;
+    }
+    if n == 0 {
+        return Some(Ok(()));
+    }
+    let relaxed = !env.disable_weak_consistency && caps.has_weak;
+    let flags = if relaxed { CU_STREAM_BATCH_MEM_OP_RELAXED_ORDERING } else { 0 };
+    let r = match cuda.batch_mem_op(stream, &mut params[..n], flags) {
+        Ok(()) => {
+            if env.enable_dump_memops {
+                dump_params("gds_stream_batch_ops", &params[..n]);
+            }
+            Ok(())
+        }
+        Err(r) => {
+            gds_err!("gds_stream_batch_ops", "cuStreamBatchMemOp({n} ops) failed: {} ({r})", cuda.error_string(r));
+            dump_params("gds_stream_batch_ops", &params[..n]);
+            Err(errno_of(r))
+        }
+    };
+    Some(classify_refusal(cuda, stream, r))
+}
+
+fn dump_params(origin: &str, params: &[BatchMemOpParams]) {
+    for (i, p) in params.iter().enumerate() {
+        gds_info!(origin, "op[{i}] {}", MemOp::from_params(p).map_or_else(|| format!("{p:?}"), |o| o.to_string()));
+    }
 }
 
 #[cfg(test)]
@@ -611,6 +844,7 @@ mod tests {
         let cuda = FakeCuda::new();
         let ops: Vec<MemOp> =
             (0..600u32).map(|i| MemOp::Write32 { addr: 0x1000 + 4 * u64::from(i), value: i, flags: 0 }).collect();
+        cuda.stream_ctx(0x77, 0xc1, 0);
         submit(&cuda, 0x77, &ops, false, false).unwrap();
         let b = cuda.batches();
         assert_eq!(b.iter().map(|x| x.1.len()).collect::<Vec<_>>(), vec![255, 255, 90]);
@@ -647,16 +881,113 @@ mod tests {
             Desc::WaitValue32 { ptr: p, value: 1, cond: GDS_WAIT_COND_GEQ, flags: GDS_MEMORY_HOST },
             Desc::WriteValue32 { ptr: p, value: 2, flags: GDS_MEMORY_HOST },
         ];
-        stream_post(&cuda, &env, &peers, &mm, &r, 0x5000_0000, &d).unwrap();
+        let post = |stream: usize, d: &[Desc]| {
+            let mut s = Scratch { descs: d.to_vec(), ..Default::default() };
+            stream_post(&cuda, &env, &peers, &mm, &r, stream, &mut s)
+        };
+        post(0x5000_0000, &d).unwrap();
         let b = cuda.batches();
         assert_eq!(b.len(), 1);
         assert_eq!(b[0].1[0].address, p as u64 + DEV_OFFSET);
         assert_eq!(b[0].1[1].address, p as u64 + DEV_OFFSET);
         assert_eq!(cuda.registered().len(), 1);
-        // Unknown stream: EINVAL before anything is submitted.
-        assert_eq!(stream_post(&cuda, &env, &peers, &mm, &r, 0x6000_0000, &d), Err(Errno::EINVAL));
-        assert_eq!(cuda.batches().len(), 1);
+        // One GPU: the stream's device is not looked up on the way (peers.uniform).
+        assert_eq!(cuda.stream_lookups(), 0);
+        post(0x5000_0000, &d).unwrap();
+        assert_eq!((cuda.stream_lookups(), cuda.registered().len(), cuda.batches().len()), (0, 1, 2));
+        // Unknown stream: the driver refuses the batch, the answer is EINVAL as upstream's lookup
+        // gives, and nothing was enqueued.
+        assert_eq!(post(0x6000_0000, &d), Err(Errno::EINVAL));
+        assert_eq!(cuda.batches().len(), 2);
         // Nothing to do: no driver call at all.
-        stream_post(&cuda, &env, &peers, &mm, &r, 0x6000_0000, &[]).unwrap();
+        post(0x6000_0000, &[]).unwrap();
+    }
+
+    #[test]
+    fn gpus_that_differ_resolve_the_stream_every_call() {
+        let cuda = FakeCuda::new();
+        cuda.set_device_count(Some(2));
+        cuda.stream_ctx(0x5000_0000, 0xc7, 1);
+        let env = Settings::default();
+        let (peers, mm, r) = (Peers::default(), MemMgr::default(), Ranges::default());
+        // Device 1 was probed earlier with a capability device 0 lacks: not uniform.
+        cuda.set_attr(123, 1);
+        let env_nor = Settings::from_lookup(|n| (n == "GDS_DISABLE_WAIT_NOR").then(|| "0".into()));
+        let _ = peers.caps(&cuda, &env_nor, 1);
+        cuda.set_attr(123, 0);
+        let word = Box::new(0u32);
+        let p = &*word as *const u32 as usize;
+        let d = [Desc::WaitValue32 { ptr: p, value: 1, cond: GDS_WAIT_COND_NOR, flags: GDS_MEMORY_HOST }];
+        let mut s = Scratch { descs: d.to_vec(), ..Default::default() };
+        stream_post(&cuda, &env, &peers, &mm, &r, 0x5000_0000, &mut s).unwrap();
+        assert_eq!(cuda.stream_lookups(), 1, "stream resolved");
+        assert_eq!(cuda.batches()[0].1[0].flags, GDS_WAIT_COND_NOR, "device 1's capabilities were used");
+        // Unknown stream: EINVAL from the lookup, before any work.
+        let mut s = Scratch { descs: d.to_vec(), ..Default::default() };
+        assert_eq!(stream_post(&cuda, &env, &peers, &mm, &r, 0x6000_0000, &mut s), Err(Errno::EINVAL));
+        assert_eq!(cuda.batches().len(), 1);
+    }
+
+    #[test]
+    fn value_fast_path_matches_the_general_path() {
+        let env = Settings::default();
+        let word = Box::new([0u32; 4]);
+        let p = word.as_ptr() as usize;
+        let vals = [
+            ValueDesc::Wait { ptr: p, value: 1, cond: GDS_WAIT_COND_GEQ, flags: GDS_MEMORY_HOST },
+            ValueDesc::Write { ptr: p + 4, value: 2, flags: GDS_MEMORY_HOST | GDS_WRITE_PRE_BARRIER_SYS },
+            ValueDesc::Wait { ptr: p + 8, value: 3, cond: GDS_WAIT_COND_AND, flags: GDS_MEMORY_GPU },
+        ];
+        let as_desc = |v: &ValueDesc| match *v {
+            ValueDesc::Wait { ptr, value, cond, flags } => Desc::WaitValue32 { ptr, value, cond, flags },
+            ValueDesc::Write { ptr, value, flags } => Desc::WriteValue32 { ptr, value, flags },
+        };
+        let run = |fast: bool| {
+            let cuda = FakeCuda::new();
+            cuda.stream_ctx(0x5000_0000, 0xc7, 0);
+            let (peers, mm, r) = (Peers::default(), MemMgr::default(), Ranges::default());
+            let res = if fast {
+                post_values(&cuda, &env, &peers, &mm, 0x5000_0000, vals.iter().copied()).expect("uniform")
+            } else {
+                let mut s = Scratch { descs: vals.iter().map(as_desc).collect(), ..Default::default() };
+                stream_post(&cuda, &env, &peers, &mm, &r, 0x5000_0000, &mut s)
+            };
+            (res, cuda.batches(), cuda.registered())
+        };
+        let (fast, slow) = (run(true), run(false));
+        assert_eq!(fast.0, Ok(()));
+        assert_eq!(fast, slow, "same driver calls, same registrations");
+        assert_eq!(fast.1.len(), 1);
+        assert_eq!(fast.1[0].1.len(), 3);
+
+        // Errors: a bad descriptor submits nothing; an unknown stream is EINVAL; GPUs that differ
+        // leave the call to the general path.
+        let cuda = FakeCuda::new();
+        let (peers, mm) = (Peers::default(), MemMgr::default());
+        let bad = [vals[0], ValueDesc::Write { ptr: p + 2, value: 0, flags: GDS_MEMORY_HOST }];
+        cuda.stream_ctx(0x5000_0000, 0xc7, 0);
+        assert_eq!(post_values(&cuda, &env, &peers, &mm, 0x5000_0000, bad.into_iter()), Some(Err(Errno::EINVAL)));
+        assert!(cuda.batches().is_empty());
+        assert_eq!(post_values(&cuda, &env, &peers, &mm, 0x6000_0000, vals.into_iter()), Some(Err(Errno::EINVAL)));
+        assert!(cuda.batches().is_empty());
+        assert_eq!(post_values(&cuda, &env, &peers, &mm, 0x5000_0000, std::iter::empty()), Some(Ok(())));
+        let cuda = FakeCuda::new();
+        cuda.set_device_count(None);
+        assert_eq!(post_values(&cuda, &env, &Peers::default(), &mm, 0, vals.into_iter()), None);
+    }
+
+    #[test]
+    fn scratch_is_reused_and_nested_calls_are_safe() {
+        let outer = with_scratch(|s| {
+            s.descs.push(Desc::WriteValue32 { ptr: 4, value: 1, flags: GDS_MEMORY_HOST });
+            // A nested use (never on the real paths) gets its own empty buffers.
+            let inner = with_scratch(|t| t.descs.len());
+            (inner, s.descs.len())
+        });
+        assert_eq!(outer, (0, 1));
+        assert!(with_scratch(|s| s.descs.is_empty()), "descriptors do not leak into the next call");
+        // Capacity is kept for the next call on this thread.
+        with_scratch(|s| s.ops.reserve(16));
+        assert!(with_scratch(|s| s.ops.capacity() >= 16));
     }
 }

@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use gpudirect_common::{Errno, Result};
 
@@ -125,9 +125,29 @@ pub fn device_of_stream(cuda: &dyn Cuda, stream: usize) -> Result<i32> {
 #[derive(Default)]
 pub struct Peers {
     map: Mutex<HashMap<i32, Caps>>,
+    /// Decided once, on the first stream submission: see [`Peers::uniform`].
+    uniform: OnceLock<Option<Caps>>,
 }
 
 impl Peers {
+    /// The capabilities, when every GPU of the process has the same ones (one GPU, or a node of
+    /// identical GPUs under one driver: the usual case). Then which device a stream belongs to
+    /// cannot change what is emitted, and the per-call stream → context → device resolution
+    /// (three driver calls and a lock) is skipped; `device` is the first ordinal's. `None` when
+    /// the GPUs differ or cannot be counted: every call resolves its stream, as upstream.
+    ///
+    /// Capabilities are fixed for the life of the process (device attributes and the
+    /// environment are read once), so deciding this once is exact, not a heuristic.
+    pub fn uniform(&self, cuda: &dyn Cuda, env: &Settings) -> Option<Caps> {
+        *self.uniform.get_or_init(|| {
+            let n = cuda.device_count().ok().filter(|&n| n > 0)?;
+            let first = self.caps(cuda, env, 0);
+            let same = (1..n).all(|d| Caps { device: 0, ..self.caps(cuda, env, d) } == first);
+            gds_dbg!("gds_register_peer", "{n} GPU(s), capabilities {}", if same { "uniform" } else { "differ" });
+            same.then_some(first)
+        })
+    }
+
     pub fn caps(&self, cuda: &dyn Cuda, env: &Settings, dev: i32) -> Caps {
         let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
         *m.entry(dev).or_insert_with(|| detect(cuda, dev, env))
@@ -141,7 +161,7 @@ impl Peers {
 
 /// The process-wide peer table.
 pub fn peers() -> &'static Peers {
-    static P: std::sync::OnceLock<Peers> = std::sync::OnceLock::new();
+    static P: OnceLock<Peers> = OnceLock::new();
     P.get_or_init(Peers::default)
 }
 
@@ -179,6 +199,30 @@ mod tests {
         assert!(detect(&cuda, 0, &Settings::default()).has_write64);
         cuda.set_attr(93, 0);
         assert!(!detect(&cuda, 0, &Settings::default()).has_write64);
+    }
+
+    #[test]
+    fn uniform_caps_only_when_every_gpu_agrees() {
+        let env = Settings::default();
+        let cuda = FakeCuda::new();
+        cuda.set_attr(122, 1);
+        cuda.set_device_count(Some(4));
+        let p = Peers::default();
+        let u = p.uniform(&cuda, &env).expect("four identical GPUs");
+        assert!(u.has_write64 && u.device == 0);
+        // The decision is made once and kept (capabilities cannot change later).
+        cuda.set_attr(122, 0);
+        assert_eq!(p.uniform(&cuda, &env), Some(u));
+        // GPUs that differ (device 1 already probed with 64-bit memops, device 0 without): no shortcut.
+        let cuda = FakeCuda::new();
+        cuda.set_device_count(Some(2));
+        let p = Peers::default();
+        p.map.lock().unwrap().insert(1, Caps { device: 1, has_write64: true, ..detect(&cuda, 1, &env) });
+        assert_eq!(p.uniform(&cuda, &env), None);
+        // The count cannot be read: no shortcut.
+        let cuda = FakeCuda::new();
+        cuda.set_device_count(None);
+        assert_eq!(Peers::default().uniform(&cuda, &env), None);
     }
 
     #[test]

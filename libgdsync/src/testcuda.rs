@@ -22,6 +22,8 @@ struct State {
     registered: Vec<(usize, usize, u32)>,
     unregistered: Vec<usize>,
     register_result: Option<i32>,
+    device_count: Option<i32>,
+    stream_lookups: usize,
 }
 
 pub struct FakeCuda {
@@ -33,6 +35,7 @@ impl FakeCuda {
         let mut st = State::default();
         st.ctx_devices.insert(0xc1, 0);
         st.ctx_stack.push(0xc1);
+        st.device_count = Some(1);
         FakeCuda { s: Mutex::new(st) }
     }
     fn st(&self) -> std::sync::MutexGuard<'_, State> {
@@ -68,6 +71,14 @@ impl FakeCuda {
     pub fn unregistered(&self) -> Vec<usize> {
         self.st().unregistered.clone()
     }
+    /// `cuDeviceGetCount`'s answer (`None`: the call fails). Default 1.
+    pub fn set_device_count(&self, n: Option<i32>) {
+        self.st().device_count = n;
+    }
+    /// How many `cuStreamGetCtx` calls were made.
+    pub fn stream_lookups(&self) -> usize {
+        self.st().stream_lookups
+    }
     pub fn set_register_result(&self, r: Option<i32>) {
         self.st().register_result = r;
     }
@@ -81,7 +92,9 @@ impl Cuda for FakeCuda {
         Ok(*self.st().ctx_stack.last().unwrap())
     }
     fn stream_get_ctx(&self, stream: usize) -> CuRes<usize> {
-        self.st().streams.get(&stream).map(|s| s.0).ok_or(400)
+        let mut s = self.st();
+        s.stream_lookups += 1;
+        s.streams.get(&stream).map(|s| s.0).ok_or(400)
     }
     fn ctx_push(&self, ctx: usize) -> CuRes<()> {
         self.st().ctx_stack.push(ctx);
@@ -100,6 +113,9 @@ impl Cuda for FakeCuda {
         let c = *s.ctx_stack.last().unwrap();
         s.ctx_devices.get(&c).copied().ok_or(201)
     }
+    fn device_count(&self) -> CuRes<i32> {
+        self.st().device_count.ok_or(CUDA_ERROR_NOT_INITIALIZED)
+    }
     fn device_get_attribute(&self, attr: i32, _dev: i32) -> CuRes<i32> {
         self.st().attrs.get(&attr).copied().unwrap_or(Ok(0))
     }
@@ -109,6 +125,10 @@ impl Cuda for FakeCuda {
         s.batch_calls += 1;
         if let Some((_, r)) = s.fail_batch_call.filter(|&(n, _)| n == call) {
             return Err(r);
+        }
+        // Like the driver, an unknown stream handle is refused (CUDA_ERROR_INVALID_HANDLE).
+        if !is_predefined_stream(stream) && !s.streams.contains_key(&stream) {
+            return Err(400);
         }
         if ops.len() > 255 {
             return Err(CUDA_ERROR_INVALID_VALUE); // the driver's documented limit
