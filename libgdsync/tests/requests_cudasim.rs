@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use gdsync::abi::*;
 use gdsync::capi::*;
-use gdsync::ranges::{Range, ranges};
+use gdsync::engine::ranges::{Range, ranges};
 use gpudirect_common::cuda::{Driver, as_fn};
 
 struct Cu {
@@ -81,8 +81,9 @@ impl Hw {
         // SAFETY: non-zero size.
         let base = unsafe { alloc_zeroed(layout) };
         assert!(!base.is_null());
-        let cuda = gdsync::driver::cuda().expect("libcuda");
-        let dev = gdsync::memmgr::memmgr().map_mem(cuda, base as usize, 4 * PAGE, GDS_MEMORY_HOST).expect("register");
+        let cuda = gdsync::cuda::cuda().expect("libcuda");
+        let dev =
+            gdsync::engine::memmgr::memmgr().map_mem(cuda, base as usize, 4 * PAGE, GDS_MEMORY_HOST).expect("register");
         let reg = |i: usize, len: usize| {
             ranges().register(Range { cpu: base as usize + i * PAGE, dev: dev + (i * PAGE) as u64, len })
         };

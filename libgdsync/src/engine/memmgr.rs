@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::{GDS_MEMORY_GPU, GDS_MEMORY_HOST, GDS_MEMORY_IO};
-use crate::driver::*;
+use crate::cuda::*;
 
 /// Page size used for host and I/O registrations (fixed, as upstream).
 pub const HOST_PAGE: usize = 4096;
@@ -99,6 +99,7 @@ impl MemMgr {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    #[cfg(test)]
     pub fn lookup(&self, ptr: usize, size: usize) -> Lookup {
         lookup_in(&self.lock(), ptr, ptr + size.max(1) - 1)
     }
@@ -222,7 +223,7 @@ pub fn memmgr() -> &'static MemMgr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testcuda::{DEV_OFFSET, FakeCuda};
+    use crate::cuda::testcuda::{DEV_OFFSET, FakeCuda};
 
     #[test]
     fn host_memory_is_registered_once_per_page_range() {

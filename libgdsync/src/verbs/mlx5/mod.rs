@@ -1,6 +1,6 @@
 //! The mlx5 direct provider (`GDS_PROVIDER=mlx5`, mlx5 devices only): QPs and CQs created with
 //! plain rdma-core verbs, their rings described by `mlx5dv_init_obj` (libmlx5.so.1, dlopen), the
-//! data path of [`crate::mlx5dv`] on that memory (spec §7.4/§7.5):
+//! data path of [`crate::verbs::mlx5::dv`] on that memory (spec §7.4/§7.5):
 //! * sends: the CPU writes WQEs into `sq.buf` at our own producer counter (rdma-core's
 //!   `ibv_post_send` would ring the doorbell itself); the request's ops store the doorbell record
 //!   and the first ctrl qword to the BlueFlame register (registered as I/O memory) from the stream;
@@ -18,6 +18,8 @@
 //! unit-tested on synthetic rings (`mlx5dv`); this glue is compiled and reviewed only, which is why
 //! it is opt-in and the default for every device is the CPU proxy.
 
+pub mod dv;
+
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
@@ -28,11 +30,14 @@ use gpudirect_common::dl::Library;
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::*;
-use crate::memops::PeerOp;
-use crate::mlx5dv::{self, Cq, Mem, Sq, Wqe};
-use crate::proxy::{Area, ExpQpInitAttr, ExpSendWr, alloc_area, free_area, install_hook, lock};
-use crate::ranges::{Range, ranges};
-use crate::verbs::{self, PollCqFn, QpInitAttr, Sge, Wc, verbs};
+use crate::engine::memops::PeerOp;
+use crate::engine::ranges::{Range, ranges};
+use crate::sync::lock;
+use crate::verbs::area::{Area, alloc_area, free_area};
+use crate::verbs::exp::{ExpQpInitAttr, ExpSendWr};
+use crate::verbs::hook::install_hook;
+use crate::verbs::ibv::{self as verbs, PollCqFn, QpInitAttr, Sge, Wc, verbs};
+use crate::verbs::mlx5::dv::{self as mlx5dv, Cq, Mem, Sq, Wqe};
 
 /// `struct mlx5dv_qp` (96 bytes).
 #[repr(C)]
@@ -292,7 +297,12 @@ fn cqs() -> &'static Mutex<HashMap<usize, Arc<M5Cq>>> {
 }
 
 /// The poll hook's entry for CQs of this provider.
-pub(crate) fn poll_hooked(cq: usize, n: c_int, wc: *mut Wc) -> Option<c_int> {
+/// The poll_cq hook's question ([`crate::verbs::hook::Claim`]).
+pub(crate) fn poll_claim(cq: *mut c_void, n: c_int, wc: *mut Wc) -> Option<c_int> {
+    poll_hooked(cq as usize, n, wc)
+}
+
+fn poll_hooked(cq: usize, n: c_int, wc: *mut Wc) -> Option<c_int> {
     let c = lock(cqs()).get(&cq).cloned()?;
     Some(c.poll(n, wc))
 }
@@ -308,7 +318,7 @@ pub fn owns_cq(cq: NonNull<GdsCq>) -> bool {
 }
 
 fn register(ptr: usize, len: usize, ty: i32) -> Result<u64> {
-    let dev = crate::memmgr::memmgr().map_mem(crate::driver::cuda()?, ptr, len, ty)?;
+    let dev = crate::engine::memmgr::memmgr().map_mem(crate::cuda::cuda()?, ptr, len, ty)?;
     Ok(ranges().register(Range { cpu: ptr, dev, len }))
 }
 

@@ -4,9 +4,9 @@
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::*;
-use crate::driver::{Cuda, errno_of};
-use crate::gdr::Gdr;
-use crate::memmgr::{HOST_PAGE, MemMgr};
+use crate::cuda::gdr::Gdr;
+use crate::cuda::{Cuda, errno_of};
+use crate::engine::memmgr::{HOST_PAGE, MemMgr};
 
 /// The fields of a filled `gds_mem_desc_t`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,7 +114,7 @@ pub fn free_host(cuda: Option<&dyn Cuda>, mm: &MemMgr, h_ptr: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testcuda::{DEV_OFFSET, FakeCuda};
+    use crate::cuda::testcuda::{DEV_OFFSET, FakeCuda};
 
     #[test]
     fn host_allocation_round_trip_registers_and_unregisters() {
@@ -133,7 +133,7 @@ mod tests {
     #[test]
     fn host_allocation_failure_frees_and_reports() {
         let cuda = FakeCuda::new();
-        cuda.set_register_result(Some(crate::driver::CUDA_ERROR_NOT_INITIALIZED));
+        cuda.set_register_result(Some(crate::cuda::CUDA_ERROR_NOT_INITIALIZED));
         assert_eq!(alloc_host(&cuda, &MemMgr::default(), 100), Err(Errno::EAGAIN));
     }
 }

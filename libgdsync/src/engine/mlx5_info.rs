@@ -6,8 +6,8 @@
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::*;
-use crate::memops::PeerOp;
-use crate::ranges::Ranges;
+use crate::engine::memops::PeerOp;
+use crate::engine::ranges::Ranges;
 
 fn empty_send() -> Mlx5SendInfo {
     Mlx5SendInfo { bits: 0, dbrec_ptr: std::ptr::null_mut(), dbrec_value: 0, db_ptr: std::ptr::null_mut(), db_value: 0 }
@@ -98,7 +98,7 @@ pub fn wait_info(ops: &[PeerOp], ranges: &Ranges) -> Result<Mlx5WaitInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ranges::Range;
+    use crate::engine::ranges::Range;
 
     #[test]
     fn send_info_of_the_mlx5_three_op_list() {

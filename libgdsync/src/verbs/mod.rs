@@ -6,10 +6,20 @@
 //! around it exactly as upstream does (argument checks, request initialisation, `curr_offset`
 //! bookkeeping, CPU execution, rollback/abort on failure, stream submission); a provider only
 //! implements the verbs-specific steps below, registering the memory its ops touch with
-//! [`crate::ranges::ranges`] (and [`crate::memmgr::memmgr`] for GPU visibility).
+//! [`crate::engine::ranges::ranges`] (and [`crate::engine::memmgr::memmgr`] for GPU visibility).
 //!
-//! Providers: [`crate::proxy`] (CPU proxy thread, any rdma-core device, the default) and
-//! [`crate::mlx5prov`] (mlx5 direct, opt-in with `GDS_PROVIDER=mlx5`), behind [`Dispatch`].
+//! Providers: [`proxy`] (CPU proxy thread, any rdma-core device, the default) and [`mlx5`] (mlx5
+//! direct, opt-in with `GDS_PROVIDER=mlx5`), behind [`Dispatch`]. Below both, never importing
+//! them: [`exp`] (MOFED exp-verbs layouts), [`area`] (registered host pages), [`hook`] (the
+//! `ibv_poll_cq` hook, which asks the providers through functions they register) and [`ibv`]
+//! (libibverbs).
+
+pub mod area;
+pub mod exp;
+pub mod hook;
+pub mod ibv;
+pub mod mlx5;
+pub mod proxy;
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
@@ -20,8 +30,6 @@ use crate::abi::{GdsCq, GdsQp, SendRequest, WaitRequest};
 
 /// Raw C objects are passed through untouched; the C layer has checked what it can.
 pub trait Provider: Sync {
-    fn name(&self) -> &'static str;
-
     /// Creates a QP with its two CQs for GPU `gpu_id`; `attr` is a `gds_qp_init_attr_t *` that the
     /// provider may update (upstream writes back `send_cq`, `recv_cq`, `pd`, `cap`, ...).
     ///
@@ -88,7 +96,7 @@ pub trait Provider: Sync {
 }
 
 /// Which provider `GDS_PROVIDER` asks for (read once): unset, `auto` or `proxy` → the CPU proxy
-/// for every device (mlx5 included); `mlx5` → the mlx5 direct provider ([`crate::mlx5prov`]),
+/// for every device (mlx5 included); `mlx5` → the mlx5 direct provider ([`crate::verbs::mlx5`]),
 /// opt-in because it has never run on an mlx5 NIC; anything else → `EINVAL` at `gds_create_qp`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Choice {
@@ -114,13 +122,10 @@ pub fn choice() -> Choice {
 /// everything else by which provider's table holds the QP/CQ.
 pub struct Dispatch;
 
-use crate::mlx5prov as m5;
-use crate::proxy::Proxy;
+use crate::verbs::mlx5 as m5;
+use crate::verbs::proxy::Proxy;
 
 impl Provider for Dispatch {
-    fn name(&self) -> &'static str {
-        "dispatch"
-    }
     unsafe fn create_qp(
         &self,
         pd: *mut c_void,
@@ -129,6 +134,8 @@ impl Provider for Dispatch {
         gpu_id: i32,
         flags: i32,
     ) -> Result<NonNull<GdsQp>> {
+        // The poll_cq hook asks both providers about the CQs it sees (either may own some).
+        hook::set_claims(&[proxy::poll_claim, m5::poll_claim]);
         match choice() {
             // SAFETY: forwarded contract.
             Choice::Proxy => unsafe { Proxy.create_qp(pd, context, attr, gpu_id, flags) },

@@ -22,83 +22,26 @@
 //!   `IBV_WC_LOC_QP_OP_ERR` (vendor_err = the errno) and an error line.
 //!
 //! Registered words live in page-aligned host memory registered with `cuMemHostRegister` through
-//! [`crate::memmgr`] and named by [`crate::ranges`] ids. Pages of destroyed QPs are zeroed and
+//! [`crate::engine::memmgr`] and named by [`crate::engine::ranges`] ids. Pages of destroyed QPs are zeroed and
 //! reused by later QPs (never freed: a stream may still hold writes to them).
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering, fence};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::*;
-use crate::provider::Provider;
-use crate::ranges::{Range, ranges};
-use crate::verbs::{self, PollCqFn, QpCap, QpInitAttr, SendWr, Sge, Wc, verbs};
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-// ---------------------------------------------------------------------------------------------
-// gds_send_wr (struct ibv_exp_send_wr, 288 bytes) and gds_qp_init_attr_t (152 bytes)
-
-/// `struct ibv_exp_send_wr`, x86-64 layout of include/gdsync/verbs_exp.h (unions as raw words).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ExpSendWr {
-    pub wr_id: u64,
-    pub next: *mut ExpSendWr,
-    pub sg_list: *mut Sge,
-    pub num_sge: c_int,
-    pub exp_opcode: u32,
-    pub reserved: c_int,
-    pub imm_data: u32,
-    pub wr: [u64; 4],
-    pub qp_type: u32,
-    pub pad0: u32,
-    pub task: [u64; 4],
-    pub op: [u32; 4],
-    pub dc: [u64; 3],
-    pub bind_tso: [u64; 6],
-    pub exp_send_flags: u64,
-    pub comp_mask: u32,
-    pub pad1: u32,
-    pub ext_op: [u64; 9],
-}
-
-/// `struct ibv_exp_qp_init_attr` (the members this provider reads or writes back).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ExpQpInitAttr {
-    pub qp_context: *mut c_void,
-    pub send_cq: *mut c_void,
-    pub recv_cq: *mut c_void,
-    pub srq: *mut c_void,
-    pub cap: QpCap,
-    pub qp_type: u32,
-    pub sq_sig_all: c_int,
-    pub comp_mask: u32,
-    pub pd: *mut c_void,
-    pub xrcd: *mut c_void,
-    pub exp_create_flags: u32,
-    pub rest: [u32; 17],
-}
-
-const IBV_EXP_QP_INIT_ATTR_PD: u32 = 1 << 0;
-const IBV_EXP_QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
-const IBV_EXP_QP_INIT_ATTR_PEER_DIRECT: u32 = 1 << 10;
-
-const IBV_EXP_SEND_FENCE: u64 = 1;
-const IBV_EXP_SEND_SIGNALED: u64 = 2;
-const IBV_EXP_SEND_SOLICITED: u64 = 4;
-const IBV_EXP_SEND_INLINE: u64 = 8;
-const IBV_EXP_SEND_IP_CSUM: u64 = 1 << 32;
-const IBV_SEND_INLINE: u32 = 8;
-const IBV_SEND_IP_CSUM: u32 = 16;
+use crate::engine::ranges::{Range, ranges};
+use crate::sync::lock;
+use crate::verbs::Provider;
+use crate::verbs::area::{Area, alloc_area, free_area, load, store};
+use crate::verbs::exp::*;
+use crate::verbs::hook::install_hook;
+use crate::verbs::ibv::{self as verbs, PollCqFn, QpCap, QpInitAttr, SendWr, Sge, Wc, verbs};
 
 /// Longest list of work requests one call may pass (a guard against cyclic lists).
 const MAX_WRS_PER_CALL: usize = 1 << 16;
@@ -203,73 +146,6 @@ unsafe fn translate_wr(w: *const ExpSendWr, cap: &QpCap, sig_all: bool) -> std::
     }
     let signaled = sig_all || send_flags & (IBV_EXP_SEND_SIGNALED as u32) != 0;
     Ok(PreparedWr { wr, sges: out_sges, inline, wc_opcode, signaled })
-}
-
-// ---------------------------------------------------------------------------------------------
-// Registered host words
-
-/// A zeroed, page-aligned host area registered for the GPU.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Area {
-    pub cpu: usize,
-    pub dev: u64,
-    pub len: usize,
-}
-
-const PAGE: usize = 4096;
-
-fn area_pool() -> &'static Mutex<Vec<Area>> {
-    static P: OnceLock<Mutex<Vec<Area>>> = OnceLock::new();
-    P.get_or_init(|| Mutex::new(Vec::new()))
-}
-
-pub(crate) fn alloc_area(len: usize) -> Result<Area> {
-    let len = len.div_ceil(PAGE) * PAGE;
-    let reuse = {
-        let mut p = lock(area_pool());
-        p.iter().position(|a| a.len == len).map(|i| p.swap_remove(i))
-    };
-    if let Some(a) = reuse {
-        // SAFETY: the area is ours (from alloc below), len bytes, no longer used by any QP.
-        unsafe { std::ptr::write_bytes(a.cpu as *mut u8, 0, a.len) };
-        return Ok(a);
-    }
-    let layout = std::alloc::Layout::from_size_align(len, PAGE).map_err(|_| Errno::EINVAL)?;
-    // SAFETY: non-zero size.
-    let p = unsafe { std::alloc::alloc_zeroed(layout) };
-    if p.is_null() {
-        return Err(Errno::ENOMEM);
-    }
-    let dev = crate::driver::cuda().and_then(|c| crate::memmgr::memmgr().map_mem(c, p as usize, len, GDS_MEMORY_HOST));
-    match dev {
-        Ok(dev) => Ok(Area { cpu: p as usize, dev, len }),
-        Err(e) => {
-            // SAFETY: allocated above with this layout, never registered.
-            unsafe { std::alloc::dealloc(p, layout) };
-            Err(e)
-        }
-    }
-}
-
-pub(crate) fn free_area(a: Area) {
-    lock(area_pool()).push(a);
-}
-
-/// # Safety
-/// `addr` is a live, aligned u32 of an [`Area`].
-unsafe fn load(addr: usize) -> u32 {
-    // SAFETY: per the contract. Volatile: the GPU (or another thread) writes it.
-    let v = unsafe { std::ptr::read_volatile(addr as *const u32) };
-    fence(Ordering::Acquire);
-    v
-}
-
-/// # Safety
-/// As [`load`].
-unsafe fn store(addr: usize, v: u32) {
-    fence(Ordering::Release);
-    // SAFETY: per the contract.
-    unsafe { std::ptr::write_volatile(addr as *mut u32, v) };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -446,68 +322,15 @@ impl ProxyCq {
     }
 }
 
+/// The poll_cq hook's question ([`super::hook::Claim`]): is `cq` one of ours?
+pub(crate) fn poll_claim(cq: *mut c_void, n: c_int, wc: *mut Wc) -> Option<c_int> {
+    let ours = lock(cqs()).get(&(cq as usize)).cloned()?;
+    Some(ours.poll_app(n, wc))
+}
+
 fn cqs() -> &'static Mutex<HashMap<usize, Arc<ProxyCq>>> {
     static M: OnceLock<Mutex<HashMap<usize, Arc<ProxyCq>>>> = OnceLock::new();
     M.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-fn hooks() -> &'static Mutex<HashMap<usize, usize>> {
-    static M: OnceLock<Mutex<HashMap<usize, usize>>> = OnceLock::new();
-    M.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-/// Installed in `ctx->ops.poll_cq` of every context that has a proxy QP.
-///
-/// # Safety
-/// Called by `ibv_poll_cq` with a live CQ of that context and room for `n` completions.
-unsafe extern "C" fn poll_hook(cq: *mut c_void, n: c_int, wc: *mut Wc) -> c_int {
-    gpudirect_common::boundary::guard(
-        -libc::EIO,
-        |m| gds_err!("ibv_poll_cq", "internal error (panic): {m}"),
-        || {
-            let ours = lock(cqs()).get(&(cq as usize)).cloned();
-            if let Some(c) = ours {
-                return c.poll_app(n, wc);
-            }
-            if let Some(r) = crate::mlx5prov::poll_hooked(cq as usize, n, wc) {
-                return r;
-            }
-            // SAFETY: live CQ per the contract.
-            let ctx = unsafe { verbs::object_context(cq) };
-            let orig = lock(hooks()).get(&(ctx as usize)).copied();
-            match orig {
-                // SAFETY: the context's original poll_cq, saved when the hook was installed.
-                Some(f) => unsafe { std::mem::transmute::<usize, PollCqFn>(f)(cq, n, wc) },
-                None => -libc::EINVAL,
-            }
-        },
-    )
-}
-
-/// Installs the hook in `ctx` (once per context) and returns the original `poll_cq`.
-///
-/// # Safety
-/// `ctx` is a live `struct ibv_context *`.
-pub(crate) unsafe fn install_hook(ctx: *mut c_void) -> Result<PollCqFn> {
-    let mut h = lock(hooks());
-    let hook = poll_hook as PollCqFn as usize;
-    // SAFETY: live context per the contract.
-    let cur = unsafe { verbs::context_op(ctx, verbs::OPS_POLL_CQ) };
-    let orig = if cur == hook {
-        h.get(&(ctx as usize)).copied().ok_or(Errno::EINVAL)?
-    } else {
-        // First QP on this context (or a new context at the address of a closed one).
-        if cur == 0 {
-            gds_err!("gds_create_qp", "the verbs context has no poll_cq");
-            return Err(Errno::EINVAL);
-        }
-        h.insert(ctx as usize, cur);
-        // SAFETY: live context; the hook has poll_cq's prototype.
-        unsafe { verbs::set_context_op(ctx, verbs::OPS_POLL_CQ, hook) };
-        cur
-    };
-    // SAFETY: a non-NULL poll_cq function of the provider.
-    Ok(unsafe { std::mem::transmute::<usize, PollCqFn>(orig) })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1019,9 +842,6 @@ impl Proxy {
 }
 
 impl Provider for Proxy {
-    fn name(&self) -> &'static str {
-        "proxy"
-    }
     unsafe fn create_qp(
         &self,
         pd: *mut c_void,

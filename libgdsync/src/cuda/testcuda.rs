@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::abi::BatchMemOpParams;
-use crate::driver::*;
+use crate::cuda::*;
 
 pub const DEV_OFFSET: u64 = 0x7000_0000_0000;
 
@@ -28,6 +28,12 @@ struct State {
 
 pub struct FakeCuda {
     s: Mutex<State>,
+}
+
+impl Default for FakeCuda {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl FakeCuda {

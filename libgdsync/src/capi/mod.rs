@@ -1,8 +1,9 @@
-//! The C ABI: every exported `gds_*` function, with upstream's names and prototypes.
+//! The C ABI: every exported `gds_*` function, with upstream's names and prototypes, kept thin:
+//! argument checks, then a call into [`crate::engine`] or [`crate::verbs`].
 //!
-//! Each function body runs inside [`ffi!`] (panic guard + errno conversion). Application memory is
-//! read here, once, into the safe types of [`crate::memops`]; the engine never sees C pointers it
-//! would have to dereference, except the CPU executor (`crate::cpu`) and mapped-memory helpers.
+//! Each function body runs inside [`ffi!`] (panic guard + errno conversion through
+//! `gpudirect_common::boundary::errno_call`). Application memory is read by [`parse`], once,
+//! into the engine's safe types.
 
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
@@ -11,13 +12,16 @@ use gpudirect_common::boundary::{errno_call, guard};
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::*;
-use crate::driver::cuda;
+use crate::cuda::cuda;
+use crate::engine::memmgr::memmgr;
+use crate::engine::memops::{self, Desc, Scratch};
+use crate::engine::peer::peers;
+use crate::engine::ranges::ranges;
 use crate::env::settings;
-use crate::memmgr::memmgr;
-use crate::memops::{self, Desc, MAX_INLINE_COPY, PeerOp, Scratch, ValueDesc};
-use crate::peer::peers;
-use crate::provider::provider;
-use crate::ranges::ranges;
+use crate::verbs::provider;
+
+pub mod parse;
+use parse::*;
 
 /// Runs `$body` (a block evaluating to `Result<()>`) behind the panic guard and returns 0 or the
 /// error number, as every `int`-returning gds function does.
@@ -25,173 +29,6 @@ macro_rules! ffi {
     ($name:literal, $body:block) => {
         errno_call(|m| gds_err!($name, "internal error (panic): {m}"), || -> Result<()> { $body })
     };
-}
-
-fn einval(origin: &str, what: &str) -> Errno {
-    gds_err!(origin, "{what}");
-    Errno::EINVAL
-}
-
-/// A 32-bit word pointer from the application must be non-NULL and 4-byte aligned.
-#[inline]
-fn check_dword_ptr(origin: &str, ptr: *mut u32) -> Result<()> {
-    if !ptr.is_null() && (ptr as usize) & 3 == 0 { Ok(()) } else { bad_dword_ptr(origin, ptr) }
-}
-
-#[cold]
-fn bad_dword_ptr(origin: &str, ptr: *mut u32) -> Result<()> {
-    Err(einval(origin, &format!("invalid pointer {ptr:p}")))
-}
-
-// ---------------------------------------------------------------------------------------------
-// Reading application structures
-
-/// Copies the first `entries` ops of a request's own `wr` array.
-///
-/// Upstream walks the `next` pointers from `storage`; a prepared request always links `wr[i]` to
-/// `wr[i+1]`, so reading the array by index is the same list, and stays correct when the
-/// application copied the request after preparing it.
-fn parse_ops(origin: &str, wr: &[PeerOpWr], entries: u32) -> Result<Vec<PeerOp>> {
-    let n = entries as usize;
-    if n > wr.len() {
-        return Err(einval(origin, &format!("request claims {n} ops, more than its {} slots", wr.len())));
-    }
-    wr[..n].iter().map(|op| parse_op(origin, op)).collect()
-}
-
-fn parse_op(origin: &str, op: &PeerOpWr) -> Result<PeerOp> {
-    // Union reads below: every variant is plain integers/pointers, so any bit pattern is a valid
-    // value; the op type says which one the provider wrote.
-    Ok(match op.type_ {
-        IBV_EXP_PEER_OP_FENCE => {
-            // SAFETY: see above.
-            let flags = unsafe { op.wr.fence_flags };
-            PeerOp::Fence { flags }
-        }
-        IBV_EXP_PEER_OP_STORE_DWORD => {
-            // SAFETY: see above.
-            let d = unsafe { op.wr.dword_va };
-            PeerOp::StoreDword { data: d.data, target: d.target_id, offset: d.offset }
-        }
-        IBV_EXP_PEER_OP_STORE_QWORD => {
-            // SAFETY: see above.
-            let q = unsafe { op.wr.qword_va };
-            PeerOp::StoreQword { data: q.data, target: q.target_id, offset: q.offset }
-        }
-        IBV_EXP_PEER_OP_POLL_AND_DWORD | IBV_EXP_PEER_OP_POLL_NOR_DWORD | IBV_EXP_PEER_OP_POLL_GEQ_DWORD => {
-            // SAFETY: see above.
-            let d = unsafe { op.wr.dword_va };
-            PeerOp::Poll { op: op.type_, data: d.data, target: d.target_id, offset: d.offset }
-        }
-        IBV_EXP_PEER_OP_COPY_BLOCK => {
-            // SAFETY: see above.
-            let c = unsafe { op.wr.copy_op };
-            if c.src.is_null() || c.len > MAX_INLINE_COPY {
-                return Err(einval(origin, &format!("COPY_BLOCK of {} bytes from {:p}", c.len, c.src)));
-            }
-            // SAFETY: the provider that prepared the op made `src` point to `len` readable bytes
-            // (its WQE in the send queue); len is bounded above.
-            let data = unsafe { std::slice::from_raw_parts(c.src as *const u8, c.len) }.to_vec();
-            PeerOp::CopyBlock { data, target: c.target_id, offset: c.offset }
-        }
-        t => PeerOp::Other(t),
-    })
-}
-
-/// # Safety
-/// `d` is a descriptor from the application; its `send`/`wait` pointer, if that is the tag, must
-/// point to a live request.
-unsafe fn parse_desc(origin: &str, d: &Descriptor) -> Result<Desc> {
-    // Union reads: the tag selects the member; all members are plain data.
-    Ok(match d.tag {
-        GDS_TAG_SEND => {
-            // SAFETY: see above.
-            let p = unsafe { d.u.send };
-            // SAFETY: non-NULL request pointers are live (caller's contract).
-            let r = unsafe { p.as_ref() }.ok_or_else(|| einval(origin, "SEND descriptor with a NULL request"))?;
-            Desc::Send(parse_ops(origin, &r.wr, r.commit.entries)?)
-        }
-        GDS_TAG_WAIT => {
-            // SAFETY: see above.
-            let p = unsafe { d.u.wait };
-            // SAFETY: as above.
-            let r = unsafe { p.as_ref() }.ok_or_else(|| einval(origin, "WAIT descriptor with a NULL request"))?;
-            Desc::Wait(parse_ops(origin, &r.wr, r.peek.entries)?)
-        }
-        GDS_TAG_WAIT_VALUE32 | GDS_TAG_WRITE_VALUE32 => match value_desc(d) {
-            Some(ValueDesc::Wait { ptr, value, cond, flags }) => Desc::WaitValue32 { ptr, value, cond, flags },
-            Some(ValueDesc::Write { ptr, value, flags }) => Desc::WriteValue32 { ptr, value, flags },
-            None => unreachable!("tag checked above"),
-        },
-        GDS_TAG_WRITE_MEMORY => {
-            // SAFETY: see above.
-            let w = unsafe { d.u.writemem };
-            Desc::WriteMemory { dest: w.dest as usize, src: w.src as usize, count: w.count, flags: w.flags }
-        }
-        t => return Err(einval(origin, &format!("invalid descriptor tag {t}"))),
-    })
-}
-
-/// # Safety
-/// `descs` is NULL or points to `n` descriptors (see [`parse_desc`]).
-unsafe fn parse_descs(origin: &str, n: usize, descs: *const Descriptor) -> Result<Vec<Desc>> {
-    let mut v = Vec::new();
-    // SAFETY: forwarded contract.
-    unsafe { parse_descs_into(origin, n, descs, &mut v) }?;
-    Ok(v)
-}
-
-/// [`parse_descs`] appending to `out` (the hot path reuses a per-thread buffer).
-///
-/// # Safety
-/// As [`parse_descs`].
-unsafe fn parse_descs_into(origin: &str, n: usize, descs: *const Descriptor, out: &mut Vec<Desc>) -> Result<()> {
-    if n == 0 {
-        return Ok(());
-    }
-    if descs.is_null() {
-        return Err(einval(origin, "NULL descriptor array"));
-    }
-    // SAFETY: the caller passes `n` descriptors at `descs` (non-NULL checked).
-    let s = unsafe { std::slice::from_raw_parts(descs, n) };
-    out.reserve(n);
-    for d in s {
-        // SAFETY: per-descriptor contract forwarded.
-        out.push(unsafe { parse_desc(origin, d) }?);
-    }
-    Ok(())
-}
-
-/// The descriptors, when there are 1..=[`memops::FAST_MAX`] of them and all are
-/// WAIT_VALUE32/WRITE_VALUE32 (the shape [`memops::post_values`] takes); `None` otherwise.
-///
-/// # Safety
-/// As [`parse_descs`].
-unsafe fn value_descs<'a>(n: usize, descs: *const Descriptor) -> Option<&'a [Descriptor]> {
-    if n == 0 || n > memops::FAST_MAX || descs.is_null() {
-        return None;
-    }
-    // SAFETY: the caller passes `n` descriptors at `descs` (non-NULL checked).
-    let s = unsafe { std::slice::from_raw_parts(descs, n) };
-    s.iter().all(|d| matches!(d.tag, GDS_TAG_WAIT_VALUE32 | GDS_TAG_WRITE_VALUE32)).then_some(s)
-}
-
-/// A WAIT_VALUE32/WRITE_VALUE32 descriptor's values; `None` for the other tags.
-fn value_desc(d: &Descriptor) -> Option<ValueDesc> {
-    // Union reads: the tag selects the member; all members are plain data, any bits valid.
-    Some(match d.tag {
-        GDS_TAG_WAIT_VALUE32 => {
-            // SAFETY: see above.
-            let w = unsafe { d.u.wait32 };
-            ValueDesc::Wait { ptr: w.ptr as usize, value: w.value, cond: w.cond_flags, flags: w.flags }
-        }
-        GDS_TAG_WRITE_VALUE32 => {
-            // SAFETY: see above.
-            let w = unsafe { d.u.write32 };
-            ValueDesc::Write { ptr: w.ptr as usize, value: w.value, flags: w.flags }
-        }
-        _ => return None,
-    })
 }
 
 /// Submits `descs` on `stream` (the descriptor lists built by the verbs entry points).
@@ -385,7 +222,7 @@ pub unsafe extern "C" fn gds_post_send(qp: *mut GdsQp, wr: *mut c_void, bad_wr: 
         unsafe { prepare_send(qp, wr, bad_wr, &mut req) }?;
         let ops = parse_ops("gds_post_send", &req.wr, req.commit.entries)?;
         // SAFETY: the ops name ranges the provider registered for this QP.
-        if let Err(e) = unsafe { crate::cpu::peer_ops(&ops, ranges()) } {
+        if let Err(e) = unsafe { crate::engine::cpu::peer_ops(&ops, ranges()) } {
             // SAFETY: prepare_send succeeded, so qp is live.
             let q = unsafe { live_qp("gds_post_send", qp) }?;
             // SAFETY: as above.
@@ -715,7 +552,7 @@ pub unsafe extern "C" fn gds_post_descriptors(n_descs: usize, descs: *mut Descri
         // SAFETY: forwarded contract.
         let d = unsafe { parse_descs("gds_post_descriptors", n_descs, descs) }?;
         // SAFETY: forwarded contract.
-        unsafe { crate::cpu::execute(&d, ranges()) }
+        unsafe { crate::engine::cpu::execute(&d, ranges()) }
     })
 }
 
@@ -762,7 +599,7 @@ pub unsafe extern "C" fn gds_mlx5_get_send_info(
         // SAFETY: forwarded contract.
         unsafe {
             info_per_request(F, count, requests, infos, |r: &SendRequest| {
-                crate::mlx5::send_info(&parse_ops(F, &r.wr, r.commit.entries)?, ranges())
+                crate::engine::mlx5_info::send_info(&parse_ops(F, &r.wr, r.commit.entries)?, ranges())
             })
         }
     })
@@ -783,7 +620,7 @@ pub unsafe extern "C" fn gds_mlx5_get_wait_info(
         // SAFETY: forwarded contract.
         unsafe {
             info_per_request(F, count, requests, infos, |r: &WaitRequest| {
-                crate::mlx5::wait_info(&parse_ops(F, &r.wr, r.peek.entries)?, ranges())
+                crate::engine::mlx5_info::wait_info(&parse_ops(F, &r.wr, r.peek.entries)?, ranges())
             })
         }
     })
@@ -830,8 +667,8 @@ pub unsafe extern "C" fn gds_alloc_mapped_memory(desc: *mut MemDesc, size: usize
         // SAFETY: NULL or writable.
         let d = unsafe { desc.as_mut() }.ok_or_else(|| einval(F, "NULL descriptor"))?;
         let m = match flags & GDS_MEMORY_MASK {
-            GDS_MEMORY_GPU => crate::mapped::alloc_gpu(cuda()?, crate::gdr::gdr()?, size)?,
-            GDS_MEMORY_HOST => crate::mapped::alloc_host(cuda()?, memmgr(), size)?,
+            GDS_MEMORY_GPU => crate::engine::mapped::alloc_gpu(cuda()?, crate::cuda::gdr::gdr()?, size)?,
+            GDS_MEMORY_HOST => crate::engine::mapped::alloc_host(cuda()?, memmgr(), size)?,
             t => return Err(einval(F, &format!("unsupported memory type {t:#x}"))),
         };
         *d = MemDesc {
@@ -861,14 +698,14 @@ pub unsafe extern "C" fn gds_free_mapped_memory(desc: *mut MemDesc) -> c_int {
                 if d.d_ptr == 0 || d.h_ptr.is_null() || d.alloc_size == 0 || d.mh.h == 0 || d.bar_ptr.is_null() {
                     return Err(einval(F, "incomplete GPU descriptor"));
                 }
-                let m = crate::mapped::Mapped {
+                let m = crate::engine::mapped::Mapped {
                     d_ptr: d.d_ptr,
                     h_ptr: d.h_ptr as usize,
                     bar_ptr: d.bar_ptr as usize,
                     alloc_size: d.alloc_size,
                     mh: d.mh,
                 };
-                crate::mapped::free_gpu(cuda()?, crate::gdr::gdr()?, &m)?;
+                crate::engine::mapped::free_gpu(cuda()?, crate::cuda::gdr::gdr()?, &m)?;
                 d.d_ptr = 0;
                 d.h_ptr = std::ptr::null_mut();
                 d.bar_ptr = std::ptr::null_mut();
@@ -880,7 +717,7 @@ pub unsafe extern "C" fn gds_free_mapped_memory(desc: *mut MemDesc) -> c_int {
                 if d.d_ptr == 0 || d.h_ptr.is_null() {
                     return Err(einval(F, "incomplete host descriptor"));
                 }
-                crate::mapped::free_host(cuda().ok(), memmgr(), d.h_ptr as usize);
+                crate::engine::mapped::free_host(cuda().ok(), memmgr(), d.h_ptr as usize);
                 d.h_ptr = std::ptr::null_mut();
                 d.d_ptr = 0;
                 d.alloc_size = 0;
@@ -1193,7 +1030,7 @@ mod tests {
     #[test]
     fn mlx5_info_helpers_walk_requests() {
         let r = ranges();
-        let dbr = r.register(crate::ranges::Range { cpu: 0x1000, dev: 0xa000, len: 64 });
+        let dbr = r.register(crate::engine::ranges::Range { cpu: 0x1000, dev: 0xa000, len: 64 });
         // SAFETY: all-zero is a valid request; arrays valid for count 1.
         unsafe {
             let mut req: Box<SendRequest> = Box::new(std::mem::zeroed());

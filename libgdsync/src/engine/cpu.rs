@@ -5,8 +5,8 @@
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::*;
-use crate::memops::{Desc, PeerOp};
-use crate::ranges::Ranges;
+use crate::engine::memops::{Desc, PeerOp};
+use crate::engine::ranges::Ranges;
 
 /// A store fence: orders earlier stores before later ones for other agents (HCA, GPU).
 fn store_fence() {
@@ -46,7 +46,7 @@ unsafe fn spin(addr: usize, cond: u32, value: u32) {
 }
 
 fn check_align(addr: usize, a: usize) -> Result<()> {
-    crate::memops::check_aligned("gds_post_descriptors", "address", addr as u64, a as u64)
+    crate::engine::memops::check_aligned("gds_post_descriptors", "address", addr as u64, a as u64)
 }
 
 fn check_cpu_mem_type(flags: i32) -> Result<()> {
@@ -221,7 +221,7 @@ pub unsafe fn execute(descs: &[Desc], ranges: &Ranges) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ranges::Range;
+    use crate::engine::ranges::Range;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};
 

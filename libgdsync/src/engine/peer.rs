@@ -9,7 +9,7 @@ use std::sync::{Mutex, OnceLock};
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::CU_STREAM_BATCH_MEM_OP_RELAXED_ORDERING;
-use crate::driver::*;
+use crate::cuda::*;
 use crate::env::Settings;
 
 /// What the device (and the environment) allow.
@@ -29,18 +29,6 @@ pub struct Caps {
     /// ones (CUDA >= 11.7, the only ones usable without `NVreg_EnableStreamMemOPs=1`) reject it
     /// with `CUDA_ERROR_INVALID_VALUE`, so writes then always carry the barrier (stronger ordering).
     pub write_no_barrier: bool,
-}
-
-impl Caps {
-    /// The peer-direct capability word a verbs provider is given (spec §4.1).
-    pub fn peer_caps_word(&self) -> u64 {
-        let mut c = 0x1015u64; // FENCE | STORE_DWORD | STORE_QWORD | POLL_AND_DWORD
-        c |= if self.has_wait_nor { 0x2000 } else { 0x4000 };
-        if self.has_inlcpy {
-            c |= 0x8;
-        }
-        c
-    }
 }
 
 fn attr(cuda: &dyn Cuda, dev: i32, primary: i32, fallback: Option<i32>) -> bool {
@@ -168,7 +156,7 @@ pub fn peers() -> &'static Peers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testcuda::FakeCuda;
+    use crate::cuda::testcuda::FakeCuda;
 
     #[test]
     fn env_overrides_device_attributes() {
@@ -179,7 +167,6 @@ mod tests {
         let c = detect(&cuda, 0, &Settings::default());
         assert!(c.has_memops && c.has_write64 && c.has_remote_flush);
         assert!(!c.has_wait_nor, "NOR stays off by default");
-        assert_eq!(c.peer_caps_word(), 0x5015);
         let env = Settings::from_lookup(|n| match n {
             "GDS_DISABLE_WAIT_NOR" => Some("0".into()),
             "GDS_DISABLE_WRITE64" => Some("1".into()),
@@ -188,7 +175,6 @@ mod tests {
         });
         let c = detect(&cuda, 0, &env);
         assert!(c.has_wait_nor && !c.has_write64 && !c.has_remote_flush);
-        assert_eq!(c.peer_caps_word(), 0x3015);
     }
 
     #[test]

@@ -2,7 +2,12 @@
 //! engine needs, implemented by [`RealCuda`] (libcuda.so.1 loaded at run time through
 //! `gpudirect_common::cuda::Driver`, never linked) and by fakes in the unit tests.
 //!
-//! This is the only module of the crate that calls into libcuda.
+//! This is the only module of the crate that calls into libcuda; [`gdr`] is the only one calling
+//! libgdrapi.
+
+pub mod gdr;
+#[cfg(test)]
+pub mod testcuda;
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;

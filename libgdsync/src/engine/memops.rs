@@ -9,11 +9,11 @@
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::*;
-use crate::driver::{Cuda, errno_of};
+use crate::cuda::{Cuda, errno_of};
+use crate::engine::memmgr::MemMgr;
+use crate::engine::peer::{self, Caps, Peers};
+use crate::engine::ranges::Ranges;
 use crate::env::Settings;
-use crate::memmgr::MemMgr;
-use crate::peer::{self, Caps, Peers};
-use crate::ranges::Ranges;
 
 /// Largest number of operations one `cuStreamBatchMemOp` call takes ("must be less than 256").
 pub const MAX_BATCH: usize = 255;
@@ -278,10 +278,6 @@ pub struct Emitter<'a> {
 }
 
 impl<'a> Emitter<'a> {
-    pub fn new(caps: &'a Caps, ranges: &'a Ranges) -> Self {
-        Emitter { caps, ranges, ops: Vec::new() }
-    }
-
     fn poll(&mut self, addr: u64, value: u32, cond: u32, gds_flags: i32) -> Result<()> {
         let op = wait_op(self.caps, addr, value, cond, gds_flags)?;
         self.ops.push(op);
@@ -369,6 +365,7 @@ impl<'a> Emitter<'a> {
     }
 }
 
+#[cfg(test)]
 /// Translates a descriptor array (spec §5.5 steps 2–5). `map` turns (pointer, size, memory type)
 /// into a device address, registering memory as needed.
 pub fn translate(
@@ -452,6 +449,7 @@ fn misaligned(origin: &str, what: &str, addr: u64, a: u64) -> Result<()> {
 }
 
 /// Hands `ops` to the driver in order, at most [`MAX_BATCH`] per call.
+#[cfg(test)]
 pub fn submit(cuda: &dyn Cuda, stream: usize, ops: &[MemOp], relaxed: bool, dump: bool) -> Result<()> {
     submit_with(cuda, stream, ops, relaxed, dump, &mut Vec::new())
 }
@@ -629,8 +627,8 @@ fn dump_params(origin: &str, params: &[BatchMemOpParams]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ranges::Range;
-    use crate::testcuda::{DEV_OFFSET, FakeCuda};
+    use crate::cuda::testcuda::{DEV_OFFSET, FakeCuda};
+    use crate::engine::ranges::Range;
 
     fn caps() -> Caps {
         // v1-driver behaviour: writes without barrier are expressible.

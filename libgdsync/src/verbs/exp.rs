@@ -1,0 +1,63 @@
+//! MOFED's experimental-verbs structures as libgdsync's API embeds them: `gds_send_wr` is
+//! `struct ibv_exp_send_wr` (288 bytes) and `gds_qp_init_attr_t` is `struct ibv_exp_qp_init_attr`
+//! (152 bytes), with the flag values both providers read. Shared by [`super::proxy`] and
+//! [`super::mlx5`]; the layouts are those of include/gdsync/verbs_exp.h (tested below and in
+//! compat-tests/gdsync/abi_layout.c).
+
+use std::ffi::{c_int, c_void};
+
+use super::ibv::{QpCap, Sge};
+
+/// `struct ibv_exp_send_wr`, x86-64 layout of include/gdsync/verbs_exp.h (unions as raw words).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ExpSendWr {
+    pub wr_id: u64,
+    pub next: *mut ExpSendWr,
+    pub sg_list: *mut Sge,
+    pub num_sge: c_int,
+    pub exp_opcode: u32,
+    pub reserved: c_int,
+    pub imm_data: u32,
+    pub wr: [u64; 4],
+    pub qp_type: u32,
+    pub pad0: u32,
+    pub task: [u64; 4],
+    pub op: [u32; 4],
+    pub dc: [u64; 3],
+    pub bind_tso: [u64; 6],
+    pub exp_send_flags: u64,
+    pub comp_mask: u32,
+    pub pad1: u32,
+    pub ext_op: [u64; 9],
+}
+
+/// `struct ibv_exp_qp_init_attr` (the members this provider reads or writes back).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ExpQpInitAttr {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut c_void,
+    pub recv_cq: *mut c_void,
+    pub srq: *mut c_void,
+    pub cap: QpCap,
+    pub qp_type: u32,
+    pub sq_sig_all: c_int,
+    pub comp_mask: u32,
+    pub pd: *mut c_void,
+    pub xrcd: *mut c_void,
+    pub exp_create_flags: u32,
+    pub rest: [u32; 17],
+}
+
+pub(crate) const IBV_EXP_QP_INIT_ATTR_PD: u32 = 1 << 0;
+pub(crate) const IBV_EXP_QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
+pub(crate) const IBV_EXP_QP_INIT_ATTR_PEER_DIRECT: u32 = 1 << 10;
+
+pub(crate) const IBV_EXP_SEND_FENCE: u64 = 1;
+pub(crate) const IBV_EXP_SEND_SIGNALED: u64 = 2;
+pub(crate) const IBV_EXP_SEND_SOLICITED: u64 = 4;
+pub(crate) const IBV_EXP_SEND_INLINE: u64 = 8;
+pub(crate) const IBV_EXP_SEND_IP_CSUM: u64 = 1 << 32;
+pub(crate) const IBV_SEND_INLINE: u32 = 8;
+pub(crate) const IBV_SEND_IP_CSUM: u32 = 16;
