@@ -6,6 +6,7 @@
  *
  * Usage: verbs_loopback [-d dev] [-g gid_index] [-n iters] [-p pingpong_iters] [-m messages]
  *        verbs_loopback -e ERRNO   (only: gds_create_qp must fail with ERRNO; for GDS_PROVIDER checks)
+ *        verbs_loopback -f         (only: the proxy-failure case; run with GDS_TEST_PROXY_PANIC_AFTER=1)
  * Exit status: 0 all passed, 1 a failure, 77 no RDMA device (skip).
  */
 #define _GNU_SOURCE
@@ -16,7 +17,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +32,8 @@ static enum ibv_mtu mtu;
 static union ibv_gid gid;
 static int atomics;
 static CUcontext cuctx;
+/* ctx->ops.poll_cq before any gds QP existed (libgdsync hooks it while QPs live). */
+static void *orig_poll_cq;
 
 #define FAIL(...) do { fprintf(stderr, "FAIL %s:%d: ", __func__, __LINE__); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); failures++; return; } while (0)
 #define CHECK(c, ...) do { if (!(c)) FAIL(__VA_ARGS__); } while (0)
@@ -501,6 +506,145 @@ static void test_teardown_outstanding(void)
 	PASS();
 }
 
+/* The poll_cq hook: present while gds QPs live on the context, the original back after the last
+ * one is destroyed; an application CQ on the same context polls normally meanwhile. */
+static void test_hook_restored(void)
+{
+	struct end a, b;
+	struct ibv_wc wc[2];
+	struct ibv_cq *mine = ibv_create_cq(ctx, 4, NULL, NULL, 0);
+	CHECK(mine, "ibv_create_cq");
+	CHECK((void *)ctx->ops.poll_cq == orig_poll_cq, "hook left behind by the earlier tests");
+	CHECK(make_pair(&a, &b, 0) == 0, "QP pair");
+	CHECK((void *)ctx->ops.poll_cq != orig_poll_cq, "hook not installed");
+	CHECK(ibv_poll_cq(mine, 2, wc) == 0, "application CQ through the hook");
+	CHECK(gds_destroy_qp(a.qp) == 0, "destroy a");
+	CHECK((void *)ctx->ops.poll_cq != orig_poll_cq, "restored while b still lives");
+	a.qp = NULL;
+	CHECK(gds_destroy_qp(b.qp) == 0, "destroy b");
+	CHECK((void *)ctx->ops.poll_cq == orig_poll_cq, "original poll_cq not restored after the last QP");
+	CHECK(ibv_poll_cq(mine, 2, wc) == 0, "application CQ after the restore");
+	ibv_dereg_mr(a.mr);
+	ibv_dereg_mr(b.mr);
+	free(a.buf);
+	free(b.buf);
+	ibv_destroy_cq(mine);
+	PASS();
+}
+
+/* fork(): the child cannot use the library (the proxy thread is gone; locks other threads held
+ * are held for ever there): every call fails at once with EIO, nothing deadlocks, even while
+ * another parent thread is inside the library at the moment of the fork. The parent carries on. */
+static volatile int hammer_stop;
+static void *hammer(void *p)
+{
+	uint32_t *w = p;
+	gds_descriptor_t d;
+	while (!hammer_stop) {
+		d.tag = GDS_TAG_WRITE_VALUE32;
+		gds_prepare_write_value32(&d.write32, w, 1, GDS_MEMORY_HOST);
+		gds_post_descriptors(1, &d, 0);
+	}
+	return NULL;
+}
+
+static void test_fork(void)
+{
+	struct end a, b;
+	struct ibv_sge sge;
+	gds_send_wr wr, *bad = NULL;
+	struct ibv_wc wc[2];
+	pthread_t t;
+	uint32_t *word = calloc(1, 4096);
+	CHECK(make_pair(&a, &b, 0) == 0, "QP pair");
+	CHECK(pthread_create(&t, NULL, hammer, word) == 0, "thread");
+	for (int round = 0; round < 20; round++) {
+		pid_t pid = fork();
+		CHECK(pid >= 0, "fork");
+		if (pid == 0) {
+			gds_descriptor_t d;
+			gds_send_request_t sreq;
+			gds_qp_init_attr_t attr;
+			int bad_calls = 0;
+			alarm(20);
+			d.tag = GDS_TAG_WRITE_VALUE32;
+			bad_calls += gds_prepare_write_value32(&d.write32, word, 2, GDS_MEMORY_HOST) != EIO;
+			bad_calls += gds_post_descriptors(1, &d, 0) != EIO;
+			bad_calls += gds_stream_post_descriptors(stream, 1, &d, 0) != EIO;
+			send_wr(&wr, &sge, &a, 0, 8, 1);
+			bad_calls += gds_prepare_send(a.qp, &wr, &bad, &sreq) != EIO;
+			bad_calls += gds_stream_queue_send(stream, a.qp, &wr, &bad) != EIO;
+			memset(&attr, 0, sizeof(attr));
+			errno = 0;
+			bad_calls += gds_create_qp(pd, ctx, &attr, 0, 0) != NULL || errno != EIO;
+			_exit(bad_calls ? 3 : 0);
+		}
+		int st = 0;
+		double end = now_s() + 30;
+		pid_t r;
+		while ((r = waitpid(pid, &st, WNOHANG)) == 0 && now_s() < end)
+			usleep(1000);
+		if (r == 0) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			hammer_stop = 1;
+			pthread_join(t, NULL);
+			FAIL("forked child hung (round %d)", round);
+		}
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+			hammer_stop = 1;
+			pthread_join(t, NULL);
+			FAIL("forked child: status %#x (round %d; 3: a call did not fail with EIO, signal 14: hang)", st, round);
+		}
+	}
+	hammer_stop = 1;
+	pthread_join(t, NULL);
+	/* The parent is unaffected. */
+	CHECK(post_recv(&b, 0, 64, 4) == 0, "post_recv");
+	send_wr(&wr, &sge, &a, 0, 64, 4);
+	CHECK(gds_stream_queue_send(stream, a.qp, &wr, &bad) == 0, "queue_send in the parent");
+	CHECK(gds_stream_wait_cq(stream, &b.qp->recv_cq, 0) == 0, "wait in the parent");
+	CHECK(drain(60000) == 0, "drain in the parent");
+	CHECK(poll_n(b.qp->recv_cq.cq, wc, 1, 5000) == 1 && wc[0].status == IBV_WC_SUCCESS, "recv in the parent");
+	CHECK(free_end(&a) == 0 && free_end(&b) == 0, "destroy");
+	free(word);
+	PASS();
+}
+
+/* Run alone with GDS_TEST_PROXY_PANIC_AFTER=1: the proxy thread panics right after posting the
+ * first send. The stream waits prepared on both CQs must be released (no hang), ibv_poll_cq on
+ * those CQs reports an error, later calls on the QPs fail with EIO, and destroy still works. */
+static void test_proxy_failure(void)
+{
+	struct end a, b;
+	struct ibv_sge sge;
+	gds_send_wr wr, *bad = NULL;
+	struct ibv_wc wc[2];
+	gds_send_request_t sreq;
+	gds_wait_request_t w[3];
+	gds_descriptor_t d[4];
+	CHECK(make_pair(&a, &b, 0) == 0, "QP pair");
+	CHECK(post_recv(&b, 0, 64, 1) == 0, "post_recv");
+	send_wr(&wr, &sge, &a, 0, 64, 1);
+	/* Everything is prepared before the stream can trigger the send (and the panic). */
+	CHECK(gds_prepare_send(a.qp, &wr, &bad, &sreq) == 0, "prepare_send");
+	CHECK(gds_prepare_wait_cq(&a.qp->send_cq, &w[0], 0) == 0, "wait send cq");
+	CHECK(gds_prepare_wait_cq(&b.qp->recv_cq, &w[1], 0) == 0, "wait recv cq");
+	/* A second wait on a CQE that can never come (nothing more is sent). */
+	CHECK(gds_prepare_wait_cq(&b.qp->recv_cq, &w[2], 0) == 0, "wait recv cq (never completed)");
+	memset(d, 0, sizeof(d));
+	d[0].tag = GDS_TAG_SEND; d[0].send = &sreq;
+	for (int i = 0; i < 3; i++) { d[1 + i].tag = GDS_TAG_WAIT; d[1 + i].wait = &w[i]; }
+	CHECK(gds_stream_post_descriptors(stream, 4, d, 0) == 0, "post send + waits");
+	CHECK(drain(30000) == 0, "stream waits not released after the proxy failed: hang");
+	CHECK(ibv_poll_cq(a.qp->send_cq.cq, 2, wc) < 0, "ibv_poll_cq on a proxy CQ after the failure must report an error");
+	CHECK(gds_stream_queue_send(stream, a.qp, &wr, &bad) == EIO, "queue_send after the failure");
+	CHECK(gds_stream_wait_cq(stream, &b.qp->recv_cq, 0) == EIO, "wait_cq after the failure");
+	CHECK(free_end(&a) == 0 && free_end(&b) == 0, "destroy after the failure");
+	CHECK((void *)ctx->ops.poll_cq == orig_poll_cq, "original poll_cq restored");
+	PASS();
+}
+
 /* Several application threads, each with its own QP pair and stream, at the same time (one proxy
  * thread serves them all; the poll hook and the registries are shared). */
 struct thr { int msgs; int ok; };
@@ -699,10 +843,10 @@ static int find_gid(void)
 int main(int argc, char **argv)
 {
 	const char *devname = getenv("USE_HCA");
-	int iters = 20, pp = 200, many = 1000, opt, ndev = 0, expect_errno = 0;
+	int iters = 20, pp = 200, many = 1000, opt, ndev = 0, expect_errno = 0, proxy_failure = 0;
 	CUdevice dev;
 	struct ibv_device **list;
-	while ((opt = getopt(argc, argv, "d:g:n:p:m:e:")) != -1) {
+	while ((opt = getopt(argc, argv, "d:g:n:p:m:e:f")) != -1) {
 		switch (opt) {
 		case 'd': devname = optarg; break;
 		case 'g': gid_index = atoi(optarg); break;
@@ -710,6 +854,7 @@ int main(int argc, char **argv)
 		case 'p': pp = atoi(optarg); break;
 		case 'm': many = atoi(optarg); break;
 		case 'e': expect_errno = atoi(optarg); break;
+		case 'f': proxy_failure = 1; break;
 		default: fprintf(stderr, "usage: %s [-d dev] [-g gid] [-n iters] [-p pingpong] [-m many]\n", argv[0]); return 2;
 		}
 	}
@@ -735,6 +880,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "CUDA setup failed\n");
 		return 1;
 	}
+	orig_poll_cq = (void *)ctx->ops.poll_cq;
+	if (proxy_failure) {
+		test_proxy_failure();
+		printf("verbs_loopback -f: %d passed, %d failed\n", passes, failures);
+		return failures ? 1 : 0;
+	}
 	if (expect_errno) {
 		/* Provider selection (GDS_PROVIDER): gds_create_qp must fail with this errno. */
 		gds_qp_init_attr_t attr;
@@ -759,6 +910,8 @@ int main(int argc, char **argv)
 	test_threads(many / 5);
 	test_pingpong(pp);
 	test_ud_loopback(pp);
+	test_hook_restored();
+	test_fork();
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
 	printf("verbs_loopback: %d passed, %d failed\n", passes, failures);

@@ -36,5 +36,6 @@ pub mod engine;
 pub(crate) mod engine;
 
 pub(crate) mod env;
+pub(crate) mod fork;
 pub(crate) mod sync;
 pub(crate) mod verbs;

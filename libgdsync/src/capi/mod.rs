@@ -27,7 +27,13 @@ use parse::*;
 /// error number, as every `int`-returning gds function does.
 macro_rules! ffi {
     ($name:literal, $body:block) => {
-        errno_call(|m| gds_err!($name, "internal error (panic): {m}"), || -> Result<()> { $body })
+        errno_call(
+            |m| gds_err!($name, "internal error (panic): {m}"),
+            || -> Result<()> {
+                crate::fork::check($name)?;
+                $body
+            },
+        )
     };
 }
 
@@ -95,6 +101,7 @@ pub unsafe extern "C" fn gds_create_qp(
         Err(Errno::EIO),
         |m| gds_err!(F, "internal error (panic): {m}"),
         || -> Result<NonNull<GdsQp>> {
+            crate::fork::check(F)?;
             let allowed = GDS_CREATE_QP_WQ_ON_GPU
                 | GDS_CREATE_QP_TX_CQ_ON_GPU
                 | GDS_CREATE_QP_RX_CQ_ON_GPU

@@ -14,8 +14,16 @@
 //!   entry": the application's `ibv_poll_cq` on the CQ (hooked, see below) does not return CQE
 //!   n while a wait prepared for it has not run.
 //! * `ibv_poll_cq` is an inline call through `ctx->ops.poll_cq`; the first QP created on a
-//!   context installs [`poll_hook`] in that slot. For CQs of this provider it serves the software
-//!   queue; for every other CQ it calls the original function.
+//!   context installs the hook of [`crate::verbs::hook`] in that slot (the last one destroyed
+//!   puts the original back). For CQs of this provider it serves the software queue.
+//! * Triggers are checked against the QP's own window of prepared-but-unposted sends, and each
+//!   QP numbers its sends from its own base (QPs 2^24 apart): a late stream write from a
+//!   destroyed QP into a reused page is ignored instead of derailing the new QP.
+//! * A panic in the proxy thread is contained: the thread stops, every stream wait prepared on a
+//!   proxy CQ is released (its counter is set past every CQE a wait may name), `ibv_poll_cq` on
+//!   proxy CQs returns an error and every later call on a proxy QP/CQ fails with `EIO`; one
+//!   error line says so. Nothing hangs. (`GDS_TEST_PROXY_PANIC_AFTER=N` injects that panic after
+//!   N posted batches, for the tests.)
 //! * Error completions also advance the counter, so a stream wait never hangs on them (upstream's
 //!   GEQ wait did); the application sees the status through `ibv_poll_cq`, as upstream. A batch
 //!   that `ibv_post_send` refuses in the thread completes its signaled requests with
@@ -23,12 +31,12 @@
 //!
 //! Registered words live in page-aligned host memory registered with `cuMemHostRegister` through
 //! [`crate::engine::memmgr`] and named by [`crate::engine::ranges`] ids. Pages of destroyed QPs are zeroed and
-//! reused by later QPs (never freed: a stream may still hold writes to them).
+//! reused by later QPs (never freed: a stream may still hold writes to them; see the trigger window).
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -40,7 +48,7 @@ use crate::sync::lock;
 use crate::verbs::Provider;
 use crate::verbs::area::{Area, alloc_area, free_area, load, store};
 use crate::verbs::exp::*;
-use crate::verbs::hook::install_hook;
+use crate::verbs::hook::{self, install_hook};
 use crate::verbs::ibv::{self as verbs, PollCqFn, QpCap, QpInitAttr, SendWr, Sge, Wc, verbs};
 
 /// Longest list of work requests one call may pass (a guard against cyclic lists).
@@ -251,6 +259,10 @@ impl ProxyCq {
     /// The application's `ibv_poll_cq`: returns queued completions in order, stopping at one
     /// that a prepared stream wait has not released yet.
     fn poll_app(&self, n: c_int, out: *mut Wc) -> c_int {
+        if FAILED.load(Ordering::Acquire) {
+            gds_warn_once!("ibv_poll_cq", "CQ of a CPU-proxy QP polled after the proxy thread failed: error");
+            return -libc::EIO;
+        }
         let mut g = lock(&self.inner);
         self.drain(&mut g);
         self.sweep_stale(&mut g);
@@ -310,6 +322,14 @@ impl ProxyCq {
         Ok(())
     }
 
+    /// Sets the counter word past every CQE a prepared wait may name (at most one ring ahead of
+    /// the consumer index, as `prepare_wait` enforces), so every stream wait on it passes.
+    fn release_all_waits(&self) {
+        let g = lock(&self.inner);
+        // SAFETY: the counter word of this CQ's live area.
+        unsafe { store(self.counter, g.consumed.wrapping_add(self.ring)) };
+    }
+
     fn abort_wait(&self, peek_id: u64) -> Result<()> {
         let e = peek_id & 0xffff_ffff;
         if peek_id & !0xffff_ffff != PEEK_TAG || e >= self.npeek as u64 {
@@ -348,12 +368,16 @@ unsafe impl Send for Batch {}
 struct QpInner {
     prepared: u32,
     posted: u32,
+    /// A stale trigger value was seen (reported once per QP).
+    stale_seen: bool,
     pending: VecDeque<Batch>,
     dead: bool,
 }
 
 pub struct ProxyQp {
     gds: usize,
+    /// The verbs context (whose poll_cq hook this QP uses).
+    ctx: usize,
     qp: usize,
     qp_num: u32,
     send: Arc<ProxyCq>,
@@ -371,6 +395,22 @@ fn qps() -> &'static Mutex<HashMap<usize, Arc<ProxyQp>>> {
     M.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// The send a trigger value asks to post up to: `Some(trig)` when it names a prepared send of
+/// this QP not posted yet (in the cyclic window `posted < trig <= prepared`), `None` when it
+/// asks for nothing new, or for something this QP never prepared (a late write from a destroyed
+/// QP that used the same page: ignored).
+fn triggered(trig: u32, posted: u32, prepared: u32) -> Option<u32> {
+    let ahead = trig.wrapping_sub(posted);
+    (ahead != 0 && ahead <= prepared.wrapping_sub(posted)).then_some(trig)
+}
+
+/// Where a new QP starts numbering its sends: QPs are 2^24 sends apart, so a value a destroyed
+/// QP's stream may still write is far outside a new QP's window.
+fn next_seq_base() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    NEXT.fetch_add(1 << 24, Ordering::Relaxed)
+}
+
 impl ProxyQp {
     /// Posts the batches the trigger word asks for and drains both CQs. Returns whether
     /// anything happened.
@@ -382,7 +422,11 @@ impl ProxyQp {
         let mut any = false;
         // SAFETY: the trigger word of this QP's live area.
         let trig = unsafe { load(self.trig) };
-        if (trig.wrapping_sub(g.posted) as i32) > 0 {
+        if trig != g.posted && triggered(trig, g.posted, g.prepared).is_none() && !g.stale_seen {
+            g.stale_seen = true;
+            gds_dbg!("gds_proxy", "QP {:#x}: trigger value {trig:#x} is not one of its sends: ignored", self.qp_num);
+        }
+        if let Some(trig) = triggered(trig, g.posted, g.prepared) {
             while g.posted != trig {
                 let next = g.posted.wrapping_add(1);
                 match g.pending.front() {
@@ -390,6 +434,7 @@ impl ProxyQp {
                         let b = g.pending.pop_front();
                         if let Some(mut b) = b {
                             self.post(&mut b);
+                            fault_injection_point();
                         }
                         g.posted = next;
                         any = true;
@@ -580,7 +625,15 @@ fn run() {
         }
         let mut busy = false;
         for q in &list {
-            busy |= q.service();
+            let mut why = None;
+            match gpudirect_common::boundary::guard(None, |m| why = Some(m.to_owned()), || Some(q.service())) {
+                Some(b) => busy |= b,
+                None => {
+                    drop(list);
+                    fail(why.unwrap_or_default());
+                    return;
+                }
+            }
         }
         drop(list);
         if busy {
@@ -606,7 +659,46 @@ fn run() {
 
 pub struct Proxy;
 
+/// Set once the proxy thread has failed: see the module documentation.
+static FAILED: AtomicBool = AtomicBool::new(false);
+
+/// `EIO` (with its line) once the proxy thread has failed.
+fn check_alive(origin: &str) -> Result<()> {
+    if FAILED.load(Ordering::Acquire) {
+        gds_err!(origin, "the CPU-proxy thread has failed earlier (see above): EIO");
+        return Err(Errno::EIO);
+    }
+    Ok(())
+}
+
+/// The proxy thread is gone (a panic): release every prepared stream wait, fail later calls.
+fn fail(why: String) {
+    FAILED.store(true, Ordering::Release);
+    gds_err!(
+        "gds_proxy",
+        "the CPU-proxy thread failed ({why}): stream waits on proxy CQs are released, their ibv_poll_cq returns an error, and gds calls on proxy QPs fail with EIO from now on"
+    );
+    let list: Vec<Arc<ProxyCq>> = lock(cqs()).values().cloned().collect();
+    for c in list {
+        c.release_all_waits();
+    }
+}
+
+/// `GDS_TEST_PROXY_PANIC_AFTER=N`: the proxy thread panics after posting its N-th batch (fault
+/// injection for the tests; unset in normal use).
+fn fault_injection_point() {
+    static AFTER: OnceLock<Option<u64>> = OnceLock::new();
+    static POSTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let after = *AFTER.get_or_init(|| std::env::var("GDS_TEST_PROXY_PANIC_AFTER").ok().and_then(|v| v.parse().ok()));
+    if let Some(n) = after
+        && POSTED.fetch_add(1, Ordering::Relaxed) + 1 >= n
+    {
+        panic!("fault injected by GDS_TEST_PROXY_PANIC_AFTER={n}");
+    }
+}
+
 fn find_qp(qp: NonNull<GdsQp>) -> Result<Arc<ProxyQp>> {
+    check_alive("gds_proxy")?;
     lock(qps()).get(&(qp.as_ptr() as usize)).cloned().ok_or_else(|| {
         gds_err!("gds_proxy", "QP {:p} was not created by gds_create_qp (or was destroyed)", qp.as_ptr());
         Errno::EINVAL
@@ -614,6 +706,7 @@ fn find_qp(qp: NonNull<GdsQp>) -> Result<Arc<ProxyQp>> {
 }
 
 fn find_cq(cq: NonNull<GdsCq>) -> Result<Arc<ProxyCq>> {
+    check_alive("gds_proxy")?;
     // SAFETY: the caller passes a gds_cq (C layer contract); only its `cq` member is read.
     let raw = unsafe { (*cq.as_ptr()).cq } as usize;
     lock(cqs()).get(&raw).cloned().ok_or_else(|| {
@@ -693,8 +786,6 @@ impl Proxy {
             return Err(Errno(libc::EAGAIN));
         }
         STARTED.store(true, Ordering::Release);
-        // SAFETY: live context per the contract.
-        let orig = unsafe { install_hook(ctx) }?;
         let ncq_s = a.cap.max_send_wr.max(1);
         let ncq_r = a.cap.max_recv_wr.max(1);
         // SAFETY: live context.
@@ -749,6 +840,19 @@ impl Proxy {
                 return Err(e);
             }
         };
+        // SAFETY: live context per the contract.
+        let orig = match unsafe { install_hook(ctx) } {
+            Ok(f) => f,
+            Err(e) => {
+                // SAFETY: created above, unused.
+                let _ = unsafe { v.destroy_qp(qp) };
+                destroy_cqs();
+                free_area(area);
+                return Err(e);
+            }
+        };
+        hook::adopt_cq(scq);
+        hook::adopt_cq(rcq);
         // SAFETY: live CQs; the area is ours.
         let (send, recv) = unsafe {
             (
@@ -774,6 +878,7 @@ impl Proxy {
         let qp_num = unsafe { verbs::object_u32(qp, verbs::QP_NUM) };
         let pq = Arc::new(ProxyQp {
             gds: gds as usize,
+            ctx: ctx as usize,
             qp: qp as usize,
             qp_num,
             send: send.clone(),
@@ -783,7 +888,10 @@ impl Proxy {
             area,
             cap: ia.cap,
             sig_all: a.sq_sig_all != 0,
-            inner: Mutex::new(QpInner { prepared: 0, posted: 0, pending: VecDeque::new(), dead: false }),
+            inner: Mutex::new({
+                let base = next_seq_base();
+                QpInner { prepared: base, posted: base, stale_seen: false, pending: VecDeque::new(), dead: false }
+            }),
         });
         {
             let mut c = lock(cqs());
@@ -817,7 +925,10 @@ impl Proxy {
         for c in [&pq.send, &pq.recv] {
             lock(&c.inner).dead = true;
             lock(cqs()).remove(&c.cq);
+            hook::forget_cq(c.cq as *mut c_void);
         }
+        // SAFETY: the QP's context is live (its QP still is); paired with create's install.
+        unsafe { hook::release_hook(pq.ctx as *mut c_void) };
         let mut last = Ok(());
         // SAFETY: live QP; no thread uses it any more (dead under its lock).
         if let Err(e) = unsafe { v.destroy_qp(pq.qp as *mut c_void) } {
@@ -962,6 +1073,26 @@ mod tests {
             let p = translate_wr(&w, &cap, false).unwrap();
             assert_eq!((p.wr.opcode, p.wr.send_flags, p.wc_opcode), (10, IBV_SEND_IP_CSUM, 7));
         }
+    }
+
+    #[test]
+    fn triggers_outside_the_window_are_ignored() {
+        // Normal: posted 10, prepared 13: 11..=13 post, 10 is nothing new.
+        assert_eq!(triggered(12, 10, 13), Some(12));
+        assert_eq!(triggered(13, 10, 13), Some(13));
+        assert_eq!(triggered(10, 10, 13), None);
+        // Beyond what was prepared, or behind: a stale write from another QP's life.
+        assert_eq!(triggered(14, 10, 13), None);
+        assert_eq!(triggered(9, 10, 13), None);
+        assert_eq!(triggered(0, 10, 13), None, "the zeroed word of a reused page");
+        // Across the 2^32 wrap.
+        assert_eq!(triggered(1, u32::MAX - 1, 2), Some(1));
+        assert_eq!(triggered(3, u32::MAX - 1, 2), None);
+        // A new QP's base keeps an old QP's values out of its window.
+        let (a, b) = (next_seq_base(), next_seq_base());
+        assert_eq!(b.wrapping_sub(a), 1 << 24);
+        assert_eq!(triggered(a.wrapping_add(5), b, b.wrapping_add(3)), None);
+        assert_eq!(triggered(b.wrapping_add(2), b, b.wrapping_add(3)), Some(b.wrapping_add(2)));
     }
 
     #[test]

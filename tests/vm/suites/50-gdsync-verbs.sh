@@ -6,8 +6,11 @@
 # QPs from gds_create_qp (CPU-proxy provider) connected over loopback, stream-triggered sends
 # of 0..1 MiB, stream waits on both CQs (cudasim stream), batched and CPU-executed descriptors,
 # completion errors, teardown with work outstanding, and a ping-pong reporting iterations per
-# second (timing under TCG emulation is not meaningful and is not judged); then again, with
-# smaller counts, built with ASan/UBSan (leak check at exit).
+# second (timing under TCG emulation is not meaningful and is not judged), the poll_cq hook
+# restored after the last QP, fork() (the child's calls fail with EIO, no deadlock, while another
+# thread is inside the library); then again, with smaller counts, built with ASan/UBSan (leak
+# check at exit); then a proxy-thread failure (injected panic: stream waits released, EIO
+# afterwards, no hang).
 # Built in the guest with gcc against include/, the host's cuda.h and libibverbs-dev, like 30-gdsync.
 set -uo pipefail
 
@@ -76,6 +79,11 @@ if [ $rc -eq 0 ]; then
 	GDS_PROVIDER=mlx5 timeout 60 "$WORK/verbs_loopback" -d rxe0 -e 19 || rc=$?
 	GDS_PROVIDER=bogus timeout 60 "$WORK/verbs_loopback" -d rxe0 -e 22 || rc=$?
 	echo "provider selection checks exit status $rc"
+fi
+if [ $rc -eq 0 ]; then
+	# The proxy thread fails (injected panic after the first posted send): an error, not a hang.
+	GDS_TEST_PROXY_PANIC_AFTER=1 timeout 120 "$WORK/verbs_loopback" -d rxe0 -f || rc=$?
+	echo "proxy-failure case exit status $rc (124: hang)"
 fi
 cleanup
 if [ $rc -ne 0 ]; then

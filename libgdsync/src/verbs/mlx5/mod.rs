@@ -35,7 +35,7 @@ use crate::engine::ranges::{Range, ranges};
 use crate::sync::lock;
 use crate::verbs::area::{Area, alloc_area, free_area};
 use crate::verbs::exp::{ExpQpInitAttr, ExpSendWr};
-use crate::verbs::hook::install_hook;
+use crate::verbs::hook::{self, install_hook};
 use crate::verbs::ibv::{self as verbs, PollCqFn, QpInitAttr, Sge, Wc, verbs};
 use crate::verbs::mlx5::dv::{self as mlx5dv, Cq, Mem, Sq, Wqe};
 
@@ -488,8 +488,6 @@ pub unsafe fn create(pd: *mut c_void, ctx: *mut c_void, attr: *mut c_void, flags
     let a = unsafe { &mut *(attr as *mut ExpQpInitAttr) };
     gds_warn_once!(F, "mlx5 direct provider: never validated on hardware (see docs/gdsync.md)");
     // SAFETY: live context.
-    let orig = unsafe { install_hook(ctx) }?;
-    // SAFETY: live context.
     let scq = unsafe { v.create_cq(ctx, a.cap.max_send_wr.max(1) as c_int) }?;
     // SAFETY: live context.
     let rcq = match unsafe { v.create_cq(ctx, a.cap.max_recv_wr.max(1) as c_int) } {
@@ -521,8 +519,20 @@ pub unsafe fn create(pd: *mut c_void, ctx: *mut c_void, attr: *mut c_void, flags
             return Err(e);
         }
     };
-    // SAFETY: live objects; the out structs are ours and large enough.
-    let r = unsafe { finish(v, d, pd, ctx, a, qp, scq, rcq, orig, &ia) };
+    // SAFETY: live context.
+    let r = unsafe { install_hook(ctx) }.and_then(|orig| {
+        hook::adopt_cq(scq);
+        hook::adopt_cq(rcq);
+        // SAFETY: live objects; the out structs are ours and large enough.
+        let r = unsafe { finish(v, d, pd, ctx, a, qp, scq, rcq, orig, &ia) };
+        if r.is_err() {
+            hook::forget_cq(scq);
+            hook::forget_cq(rcq);
+            // SAFETY: installed just above on this live context.
+            unsafe { hook::release_hook(ctx) };
+        }
+        r
+    });
     if r.is_err() {
         // SAFETY: created above, not registered anywhere.
         unsafe {
@@ -657,7 +667,10 @@ pub fn destroy(qp: NonNull<GdsQp>) -> Result<()> {
     for c in [&q.send, &q.recv] {
         lock(&c.inner).dead = true;
         lock(cqs()).remove(&c.cq);
+        hook::forget_cq(c.cq as *mut c_void);
     }
+    // SAFETY: the GdsQp made by finish (freed below); its context is live while its QP is.
+    unsafe { hook::release_hook((*(q.gds as *const GdsQp)).dev_context) };
     let mut last = Ok(());
     // SAFETY: live QP, removed from every table.
     if let Err(e) = unsafe { v.destroy_qp(q.qp as *mut c_void) } {
