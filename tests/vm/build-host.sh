@@ -49,7 +49,8 @@ gcc -Wall -Wextra -Werror -O2 -g -pthread \
 # CUDA headers first: the tools and the gdsync suite compile against cuda.h.
 step "scripts/fetch-cuda-headers"
 "$REPO/scripts/fetch-cuda-headers" >/dev/null
-for hook in sim/cudasim/vm-stage.sh libgdrapi/tests/vm-build.sh tools/gdrcopy/vm-build.sh; do
+for hook in sim/cudasim/vm-stage.sh libgdrapi/tests/vm-build.sh tools/gdrcopy/vm-build.sh \
+	tests/vm/fuzz/vm-build.sh; do
 	if [ -f "$REPO/$hook" ]; then
 		step "$hook"
 		REPO=$REPO STAGE=$STAGE bash "$REPO/$hook"
