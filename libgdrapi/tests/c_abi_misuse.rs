@@ -113,32 +113,61 @@ fn copies_with_a_bad_handle_touch_nothing() {
     assert!(host.iter().all(|&b| b == 0x11) && dev.iter().all(|&b| b == 0x22));
 }
 
+/// Set in the re-executed child of `open_without_gdrdrv_returns_null`.
+const NO_CUDA_CHILD: &str = "GDRAPI_TEST_NO_CUDA_CHILD";
+
 #[test]
 fn open_without_gdrdrv_returns_null() {
+    const TEST: &str = "open_without_gdrdrv_returns_null";
     if Path::new("/dev/gdrdrv").exists() {
-        println!("SKIP open_without_gdrdrv_returns_null: /dev/gdrdrv exists here");
+        // The VM and GPU machines: the precondition is the opposite of what they provide.
+        println!("SKIP {TEST}: /dev/gdrdrv exists here");
         return;
     }
-    // A CUDA driver with dma-buf support could still satisfy gdr_open (cargo puts target/ on
-    // LD_LIBRARY_PATH, where cudasim's libcuda.so may be): then there is nothing to assert here.
+    if std::env::var_os(NO_CUDA_CHILD).is_none() {
+        // cargo puts target/ on LD_LIBRARY_PATH, where cudasim's libcuda.so may be, and the
+        // loader reads that variable only at start-up: run the test again in a process without
+        // it (and without anything that could make a libcuda offer dma-buf).
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+            .env(NO_CUDA_CHILD, "1")
+            .env_remove("LD_LIBRARY_PATH")
+            .env_remove("GDRCOPY_USE_DMABUF_MMAP")
+            .env_remove("CUDASIM_DMABUF")
+            .env_remove("CUDASIM_DRIVER_VERSION")
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "child run failed:\n{text}");
+        if let Some(line) = text.lines().find(|l| l.starts_with("SKIP")) {
+            println!("{line}");
+        } else {
+            assert!(text.contains("gdr_open returned NULL without gdrdrv"), "the child asserted nothing:\n{text}");
+            println!("{TEST}: asserted in a child process without LD_LIBRARY_PATH");
+        }
+        return;
+    }
+    // A system libcuda (a GPU machine without gdrdrv) could satisfy gdr_open through dma-buf.
     for name in [c"libcuda.so.1", c"libcuda.so"] {
         // SAFETY: dlopen with a literal name; the handle is only tested for NULL and closed.
         let cuda = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY) };
         if !cuda.is_null() {
             // SAFETY: a handle dlopen just returned.
             unsafe { libc::dlclose(cuda) };
-            println!("SKIP open_without_gdrdrv_returns_null: {name:?} is loadable here");
+            println!("SKIP {TEST}: {name:?} is loadable without LD_LIBRARY_PATH here");
             return;
         }
     }
     assert!(capi::gdr_open().is_null());
     assert_eq!(gdrapi::Gdr::open().err(), Some(gdrapi::Errno::ENODEV));
+    println!("{TEST}: gdr_open returned NULL without gdrdrv and without libcuda");
 }
 
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn live_instance_rejects_bogus_handles_and_attributes() {
     if !Path::new("/dev/gdrdrv").exists() {
-        println!("SKIP live_instance_rejects_bogus_handles_and_attributes: missing /dev/gdrdrv");
+        skip("live_instance_rejects_bogus_handles_and_attributes", "missing /dev/gdrdrv");
         return;
     }
     let g = open();

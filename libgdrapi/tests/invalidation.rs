@@ -22,6 +22,7 @@ fn mode(test: &str) -> Option<bool> {
 }
 
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn free_while_pinned() {
     let Some(persistent) = mode("free_while_pinned") else { return };
     let sim = GpuSim::open();
@@ -51,6 +52,7 @@ fn free_while_pinned() {
 }
 
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn free_while_mapped() {
     let Some(persistent) = mode("free_while_mapped") else { return };
     // In a child: the access after the free either works (persistent) or dies with SIGBUS.
@@ -98,6 +100,7 @@ fn free_while_mapped() {
 }
 
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn freeing_one_buffer_leaves_another_mapping_intact() {
     let Some(persistent) = mode("freeing_one_buffer_leaves_another_mapping_intact") else { return };
     let sim = GpuSim::open();
@@ -126,6 +129,7 @@ fn freeing_one_buffer_leaves_another_mapping_intact() {
 /// After unpin or gdr_close the old mapping address has no pages: access raises SIGBUS (the VMA
 /// stays until munmap), in both modes.
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn access_after_unpin_or_close_faults() {
     if mode("access_after_unpin_or_close_faults").is_none() {
         return;

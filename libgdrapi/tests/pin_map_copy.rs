@@ -12,6 +12,7 @@ use gdrapi::abi::*;
 const EINVAL: i32 = libc::EINVAL;
 
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn info_reports_rounded_ranges() {
     if !devices("info_reports_rounded_ranges") {
         return;
@@ -72,6 +73,7 @@ fn info_reports_rounded_ranges() {
 }
 
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn mapping_types_on_this_platform() {
     if !devices("mapping_types_on_this_platform") {
         return;
@@ -120,6 +122,7 @@ fn mapping_types_on_this_platform() {
 /// Copies in both directions at many sizes and offsets, checked against the GPU's own view,
 /// with poison around the target range on both sides.
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn copies_match_the_gpu_view_at_many_sizes_and_offsets() {
     if !devices("copies_match_the_gpu_view_at_many_sizes_and_offsets") {
         return;
@@ -200,6 +203,7 @@ fn copies_match_the_gpu_view_at_many_sizes_and_offsets() {
 }
 
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn partial_and_repeated_mappings() {
     if !devices("partial_and_repeated_mappings") {
         return;
@@ -240,6 +244,7 @@ fn partial_and_repeated_mappings() {
 }
 
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn foreign_and_closed_instances() {
     if !devices("foreign_and_closed_instances") {
         return;
@@ -270,6 +275,7 @@ fn foreign_and_closed_instances() {
 }
 
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn safe_api_round_trip_and_raii() {
     if !devices("safe_api_round_trip_and_raii") {
         return;
@@ -320,6 +326,7 @@ fn safe_api_round_trip_and_raii() {
 /// Two 8-byte pins inside one GPU page: both pin, only the aligned one maps (upstream sanity
 /// `basic_small_buffers_mapping`, regression for upstream issue 244).
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn small_buffers_in_one_page() {
     if !devices("small_buffers_in_one_page") {
         return;

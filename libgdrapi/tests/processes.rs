@@ -12,6 +12,7 @@ use gdrapi::abi::*;
 const EACCES: i32 = libc::EACCES;
 
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn fork_child_cannot_use_parent_handles() {
     if !devices("fork_child_cannot_use_parent_handles") {
         return;
@@ -53,6 +54,7 @@ fn fork_child_cannot_use_parent_handles() {
 }
 
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn fork_child_with_its_own_instance_works() {
     if !devices("fork_child_with_its_own_instance_works") {
         return;
@@ -95,6 +97,7 @@ fn churn(seed: u64, rounds: usize) -> i32 {
 }
 
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn many_processes_at_once() {
     if !devices("many_processes_at_once") {
         return;
@@ -106,6 +109,7 @@ fn many_processes_at_once() {
 }
 
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn many_threads_one_instance() {
     if !devices("many_threads_one_instance") {
         return;
@@ -157,6 +161,7 @@ fn many_threads_one_instance() {
 
 /// Pins and unpins racing on one instance from several threads, with a stale-handle storm.
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn concurrent_unpin_and_stale_handles() {
     if !devices("concurrent_unpin_and_stale_handles") {
         return;
@@ -190,6 +195,7 @@ fn concurrent_unpin_and_stale_handles() {
 /// A child frees its own mapped buffer; the parent's mapping of a different buffer is unaffected
 /// (upstream sanity `invalidation_fork_map_and_free`).
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn child_freeing_its_buffer_leaves_parent_mapping() {
     if !devices("child_freeing_its_buffer_leaves_parent_mapping") {
         return;
@@ -247,6 +253,7 @@ fn close(fd: i32) {
 /// `invalidation_fork_access_after_free`): non-persistent mode faults, persistent mode keeps the
 /// old pages pinned so the other process cannot get them.
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn stale_mapping_never_shows_another_process_data() {
     if !devices("stale_mapping_never_shows_another_process_data") {
         return;

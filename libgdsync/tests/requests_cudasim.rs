@@ -1,8 +1,9 @@
 //! Prepared send/wait requests executed end to end on a CUDA stream, the way the verbs provider
 //! (next issue) will hand them over: ranges registered through the provider seam, op lists in the
 //! mlx5 shape (spec §7.1/§7.2), posted with gds_stream_post_send(_all)/gds_stream_post_wait_cq(_all)
-//! and gds_post_descriptors. Needs a libcuda.so.1 on the loader path (cudasim in CI:
-//! `compat-tests/gdsync/run.sh` runs this with LD_LIBRARY_PATH set); skips with a message otherwise.
+//! and gds_post_descriptors. The test re-executes itself with cudasim (built with the workspace)
+//! first on the loader path, so it runs under plain `cargo test`; it is never counted as passed
+//! without having run.
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ffi::{c_int, c_uint};
@@ -19,13 +20,52 @@ struct Cu {
     stream: usize,
 }
 
-fn setup() -> Option<Cu> {
+/// Set in the re-executed child that has cudasim on its loader path.
+const CHILD: &str = "GDSYNC_REQUESTS_CUDASIM_CHILD";
+
+/// cudasim's libcuda next to the test's profile directory (target/<profile>/libcuda.so).
+fn cudasim_library() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let lib = exe.parent()?.parent()?.join("libcuda.so");
+    lib.exists().then_some(lib)
+}
+
+/// Runs `test` again in a child whose loader path starts with cudasim as libcuda.so.1 (the loader
+/// reads LD_LIBRARY_PATH only at start-up). cudasim is built with the workspace; a run without
+/// it fails instead of counting a test that did not run as passed.
+fn run_with_cudasim(test: &str) {
+    let sim = cudasim_library()
+        .unwrap_or_else(|| panic!("{test}: missing the simulated libcuda: cargo build --release -p cudasim"));
+    let dir = std::env::temp_dir().join(format!("gdsync-requests-{}-{test}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("libcuda.so.1");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&sim, &link).unwrap();
+    let path = match std::env::var("LD_LIBRARY_PATH") {
+        Ok(p) if !p.is_empty() => format!("{}:{p}", dir.display()),
+        _ => dir.display().to_string(),
+    };
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .env("LD_LIBRARY_PATH", path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{test} failed under cudasim:\n{text}");
+    assert!(text.contains("1 passed") && !text.contains("SKIP"), "{test} did not run under cudasim:\n{text}");
+}
+
+/// The CUDA stream the test posts to; None in the parent, which re-runs the test in a child.
+fn setup(test: &str) -> Option<Cu> {
+    if std::env::var_os(CHILD).is_none() {
+        run_with_cudasim(test);
+        return None;
+    }
     let d = match Driver::load("libcuda.so.1") {
         Ok(d) => d,
-        Err(e) => {
-            eprintln!("SKIP: no libcuda.so.1 on the loader path ({e})");
-            return None;
-        }
+        Err(e) => panic!("the child has cudasim on its loader path, yet libcuda.so.1 does not load ({e})"),
     };
     let r = |n: &std::ffi::CStr| d.resolve(n, 12000).expect("symbol");
     // SAFETY: CUDA 12.0 prototypes of these entry points.
@@ -148,7 +188,7 @@ fn wait_request(hw: &Hw, n: usize, k: usize) -> Box<WaitRequest> {
 
 #[test]
 fn prepared_requests_run_in_stream_order() {
-    let Some(cu) = setup() else { return };
+    let Some(cu) = setup("prepared_requests_run_in_stream_order") else { return };
     let hw = Hw::new();
     let s = cu.stream as CuStream;
     // wait(CQE 0) then send: the doorbell must not ring before the completion arrives.

@@ -2,8 +2,11 @@
 //! from the simulated GPU (`/dev/gpusim`, kmod/gpusim/gpusim_uapi.h), forked children, a PRNG.
 //!
 //! The tests run for real inside the VM (tests/vm/suites/35-libgdrapi.sh), where gdrdrv pins
-//! memory of the simulated GPU. On a machine without `/dev/gdrdrv` or `/dev/gpusim` every test that
-//! needs them prints `SKIP <test>: <what is missing>` and passes, so `cargo test` works on CI hosts.
+//! memory of the simulated GPU. Every test that needs devices is `#[ignore]`d, so a plain
+//! `cargo test` on a host reports it as ignored, never as passed; the VM suite runs them with
+//! `--include-ignored` and `GPUDIRECT_REQUIRE_DEVICES=1`, under which a missing device fails the
+//! test instead of skipping it. Run by hand elsewhere (`-- --include-ignored`), a test whose
+//! devices are missing prints `SKIP <test>: <what is missing>` and returns.
 #![allow(dead_code)]
 
 use std::ffi::{c_int, c_void};
@@ -14,6 +17,18 @@ pub use gdrapi::abi::{GdrInfoV2, GdrMh};
 pub use gdrapi::capi::{self, GdrT};
 
 pub const GPU_PAGE: usize = 1 << 16;
+
+/// Set to 1 where the devices must be present (the VM, the GPU machine): a skip is a failure.
+pub const REQUIRE_DEVICES: &str = "GPUDIRECT_REQUIRE_DEVICES";
+
+/// A test cannot run here: prints `SKIP <test>: <why>`, or fails the test when
+/// `GPUDIRECT_REQUIRE_DEVICES=1` says that everything it needs must be here.
+pub fn skip(test: &str, why: &str) {
+    if std::env::var_os(REQUIRE_DEVICES).is_some_and(|v| v == "1") {
+        panic!("{test} cannot run: {why}, but {REQUIRE_DEVICES}=1 requires it to");
+    }
+    println!("SKIP {test}: {why}");
+}
 
 /// Whether the devices an end-to-end test needs are present; prints why not.
 pub fn devices(test: &str) -> bool {
@@ -28,7 +43,7 @@ pub fn devices(test: &str) -> bool {
     if missing.is_empty() {
         true
     } else {
-        println!("SKIP {test}: missing {}; runs in the VM (scripts/vmtest --suite '*libgdrapi*')", missing.join(", "));
+        skip(test, &format!("missing {}; runs in the VM (scripts/vmtest --suite 35-libgdrapi)", missing.join(", ")));
         false
     }
 }
