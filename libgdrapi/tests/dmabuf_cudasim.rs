@@ -16,12 +16,13 @@ use gpudirect_common::cuda::{Driver, as_fn};
 const CHILD: &str = "GDRAPI_DMABUF_TEST_CHILD";
 const SIZE: usize = 1 << 20;
 
-/// The cudasim library next to the test's profile directory, if it was built.
+/// The cudasim library next to the test's profile directory, if it was built, or the staged one
+/// (`$STAGE_LIB/libcuda.so`, exported by the VM harness, which runs staged test binaries).
 fn cudasim_library() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let profile = exe.parent()?.parent()?;
-    let lib = profile.join("libcuda.so");
-    lib.exists().then_some(lib)
+    let staged = std::env::var_os("STAGE_LIB").map(|d| PathBuf::from(d).join("libcuda.so"));
+    std::iter::once(profile.join("libcuda.so")).chain(staged).find(|l| l.exists())
 }
 
 fn run_in_child(test: &str) {
@@ -40,6 +41,8 @@ fn run_in_child(test: &str) {
         .env(CHILD, "1")
         .env("LD_LIBRARY_PATH", &dir)
         .env("CUDASIM_DMABUF", "1")
+        // dma-buf exports exist in host-memory mode only, also where /dev/gpusim exists (VM).
+        .env("CUDASIM_BACKEND", "host")
         .env("CUDASIM_DRIVER_VERSION", "13030")
         .env("GDRCOPY_USE_DMABUF_MMAP", "1")
         .env("GDRCOPY_ENABLE_LOGGING", "1")
