@@ -69,6 +69,43 @@ pub struct Config {
     pub dmabuf: bool,
     pub host_mem: u64,
     pub wait_timeout: Option<Duration>,
+    pub platform: Platform,
+}
+
+/// The machine the simulated GPUs sit in (`CUDASIM_PLATFORM`): decides the attributes that make
+/// gdrcopy and its consumers take their coherent-platform and FORCE_PCIE paths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Platform {
+    /// `pcie` (default): a discrete compute-capability-9.0 GPU behind PCIe, not cache-coherent
+    /// with the CPU (attribute 100, pageable access through host page tables, reads 0).
+    Pcie,
+    /// `coherent`: Grace Hopper-like, compute capability 9.0, CPU and GPU coherent (100 = 1).
+    Coherent,
+    /// `coherent-cc10`: Grace Blackwell-like, compute capability 10.0, coherent: the platform
+    /// where pins with FORCE_PCIE (BAR1 mappings) apply.
+    CoherentCc10,
+}
+
+impl Platform {
+    fn from_env() -> Option<Platform> {
+        match std::env::var("CUDASIM_PLATFORM").as_deref() {
+            Err(_) | Ok("") | Ok("pcie") => Some(Platform::Pcie),
+            Ok("coherent") => Some(Platform::Coherent),
+            Ok("coherent-cc10") => Some(Platform::CoherentCc10),
+            Ok(other) => {
+                crate::log!("CUDASIM_PLATFORM={other:?}: expected pcie, coherent or coherent-cc10");
+                None
+            }
+        }
+    }
+
+    fn coherent(self) -> bool {
+        self != Platform::Pcie
+    }
+
+    fn cc_major(self) -> i32 {
+        if self == Platform::CoherentCc10 { 10 } else { 9 }
+    }
 }
 
 pub enum Backend {
@@ -238,6 +275,7 @@ pub fn init(flags: u32) -> R<()> {
         dmabuf: env_flag("CUDASIM_DMABUF"),
         host_mem: env_num("CUDASIM_MEM_SIZE").unwrap_or(DEFAULT_HOST_MEM),
         wait_timeout: env_num::<u64>("CUDASIM_WAIT_TIMEOUT_MS").filter(|&v| v > 0).map(Duration::from_millis),
+        platform: Platform::from_env().ok_or(err::INVALID_VALUE)?,
     };
     if cfg.device_count <= 0 {
         crate::log!("CUDASIM_DEVICE_COUNT={}: no device", cfg.device_count);
@@ -360,11 +398,13 @@ impl Driver {
             L2_CACHE_SIZE => 50 << 20,
             MAX_THREADS_PER_MULTIPROCESSOR => 2048,
             ASYNC_ENGINE_COUNT => 3,
-            COMPUTE_CAPABILITY_MAJOR => 9,
+            COMPUTE_CAPABILITY_MAJOR => self.cfg.platform.cc_major(),
             COMPUTE_CAPABILITY_MINOR => 0,
             STREAM_PRIORITIES_SUPPORTED => 1,
             MAX_SHARED_MEMORY_PER_MULTIPROCESSOR => 228 * 1024,
-            MANAGED_MEMORY | CONCURRENT_MANAGED_ACCESS | PAGEABLE_MEMORY_ACCESS => 0,
+            MANAGED_MEMORY | CONCURRENT_MANAGED_ACCESS => 0,
+            // Coherent platforms reach pageable host memory through the CPU's page tables.
+            PAGEABLE_MEMORY_ACCESS => self.cfg.platform.coherent() as i32,
             CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM => 1,
             // CUDA 13 reports the v1 capabilities as 0 (the v1 entry points need a module
             // parameter); the v2 ones below are what consumers must use.
@@ -372,7 +412,7 @@ impl Driver {
             CAN_USE_64_BIT_STREAM_MEM_OPS | CAN_USE_STREAM_WAIT_VALUE_NOR => 1,
             CAN_FLUSH_REMOTE_WRITES => 1,
             HOST_REGISTER_SUPPORTED | READ_ONLY_HOST_REGISTER_SUPPORTED => 1,
-            PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES => 0,
+            PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES => self.cfg.platform.coherent() as i32,
             VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED | HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED => 1,
             GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED | GPU_DIRECT_RDMA_SUPPORTED => 1,
             GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS => 1, // CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST

@@ -301,6 +301,42 @@ fn environment_knobs() {
     run_child("child_env", &[("CUDASIM_DEVICE_COUNT", "3"), ("CUDASIM_DRIVER_VERSION", "13030")]);
 }
 
+/// CUDASIM_PLATFORM: compute capability major (75), pageable access (88) and pageable access
+/// through host page tables (100, "coherent platform") per mode; an unknown mode fails cuInit.
+#[test]
+fn platform_modes() {
+    for (mode, cc, coherent) in
+        [("", "9", "0"), ("pcie", "9", "0"), ("coherent", "9", "1"), ("coherent-cc10", "10", "1")]
+    {
+        run_child("child_platform", &[("CUDASIM_PLATFORM", mode), ("WANT_CC", cc), ("WANT_COHERENT", coherent)]);
+    }
+    run_child("child_platform", &[("CUDASIM_PLATFORM", "grace"), ("WANT_CC", "none"), ("WANT_COHERENT", "0")]);
+}
+
+#[test]
+fn child_platform() {
+    if !is_child("child_platform") {
+        return;
+    }
+    let cu = Cuda::load();
+    let want_cc = std::env::var("WANT_CC").unwrap();
+    // SAFETY: signatures as in cuda.h.
+    unsafe {
+        if want_cc == "none" {
+            assert_eq!(cu.f::<FnU32>(c"cuInit")(0), INVALID_VALUE, "unknown CUDASIM_PLATFORM");
+            return;
+        }
+        cu.up();
+        let attr: FnAttr = cu.f(c"cuDeviceGetAttribute");
+        let coherent: c_int = std::env::var("WANT_COHERENT").unwrap().parse().unwrap();
+        for (a, want) in [(75, want_cc.parse::<c_int>().unwrap()), (88, coherent), (100, coherent)] {
+            let mut v = -1;
+            assert_eq!(attr(&mut v, a, 0), SUCCESS);
+            assert_eq!(v, want, "attribute {a}");
+        }
+    }
+}
+
 #[test]
 fn child_no_device() {
     if !is_child("child_no_device") {

@@ -12,7 +12,9 @@
 #      (free-callback invalidation, and the extended leakage case, which needs the debug
 #      refcount file);
 #   3. the dma-buf mmap backend (cudasim in host-memory mode exporting memfd dma-bufs):
-#      gdrcopy_sanity and copybw with GDRCOPY_USE_DMABUF_MMAP=1.
+#      gdrcopy_sanity and copybw with GDRCOPY_USE_DMABUF_MMAP=1;
+#   4. cudasim as coherent platforms (CUDASIM_PLATFORM=coherent, Grace Hopper-like, and
+#      coherent-cc10, where FORCE_PCIE applies): gdrcopy_sanity, all cases but one (see there).
 # gdrdrv is left loaded with default parameters, even when a pass fails.
 # Any failed sanity case, data mismatch or unexpected exit status fails the suite, and so does a
 # sanity case waived in a pass whose pinned waiver list (WAIVERS_<label> below) does not name it:
@@ -99,6 +101,10 @@ FORCEPCI="basic_v2_forcepci_cumemalloc basic_v2_forcepci_vmmalloc data_validatio
 	data_validation_v2_forcepci_cumemalloc"
 WAIVERS_default_e="$FORCEPCI basic_with_tokens leakage_pin_pages_fork_cumemalloc"
 WAIVERS_nonpersistent_e="$FORCEPCI"
+# Coherent platforms (cudasim CUDASIM_PLATFORM): FORCE_PCIE needs compute capability 10.
+WAIVERS_coherent="basic_v2_forcepci_cumemalloc basic_v2_forcepci_vmmalloc data_validation_v2_forcepci_cumemalloc
+	basic_with_tokens leakage_pin_pages_fork_cumemalloc"
+WAIVERS_coherent_cc10="basic_with_tokens leakage_pin_pages_fork_cumemalloc"
 WAIVERS_dmabuf="$FORCEPCI basic_with_tokens basic_unaligned_mapping
 	invalidation_fork_after_gdr_map_cumemalloc invalidation_fork_after_gdr_map_vmmalloc
 	invalidation_fork_child_gdr_map_parent_cumemalloc invalidation_fork_child_gdr_map_parent_vmmalloc
@@ -185,6 +191,23 @@ SANITY_ENV=$DMABUF_ENV sanity dmabuf
 # shellcheck disable=SC2086
 run 0 "copybw (dma-buf)" env $DMABUF_ENV "$BIN/gdrcopy_copybw" -s 131072 -w 20 -r 10
 grep -q '^info.page_size: 4096$' "$WORK/out.txt" || bad "copybw (dma-buf): not on the dma-buf backend (page size)"
+
+# --- pass 4: coherent platforms ------------------------------------------------------------------
+# cudasim as a Grace Hopper-like (coherent, compute capability 9) and a Grace Blackwell-like
+# (coherent, 10: FORCE_PCIE applies) machine, gdrdrv with defaults (persistent pins).
+# data_validation_mix_mappings needs the CPU side of coherence too: gdrdrv gives caching
+# mappings only of memory it sees as cacheable, and gpusim's BAR on x86 is write-combining I/O
+# memory (gdrdrv answers EOPNOTSUPP), so that case is not run here; every other case is.
+pass4_cases=()
+while read -r c; do
+	[ "$c" = data_validation_mix_mappings_cumemalloc ] || pass4_cases+=(-t "$c")
+done < <("$BIN/gdrcopy_sanity" -l | sed -n 's/^    //p')
+[ ${#pass4_cases[@]} -eq 72 ] || bad "pass 4: expected 36 sanity cases, got $((${#pass4_cases[@]} / 2))"
+for mode in coherent coherent-cc10; do
+	step "pass 4: CUDASIM_PLATFORM=$mode (all cases but data_validation_mix_mappings_cumemalloc)"
+	SANITY_ENV="CUDASIM_PLATFORM=$mode" sanity "$mode" -e "${pass4_cases[@]}"
+done
+SANITY_ENV=
 
 if [ -n "$PINS0" ]; then
 	[ "$(stat_of active_pins)" = "$PINS0" ] || bad "gpusim active_pins $(stat_of active_pins), was $PINS0 before the suite"
