@@ -15,8 +15,9 @@
  *     the driver's type, argument pointers that are NULL, kernel addresses, or structures that
  *     straddle an unmapped page;
  *   - mmap (MAP_FIXED into the thread's own arena, shared or private, odd lengths and offsets),
- *     munmap (whole or partial), mremap (move, shrink, grow), mprotect, madvise, accesses to
- *     the mappings from user space (SIGBUS/SIGSEGV caught) and from the kernel (pipe I/O);
+ *     munmap (whole or partial), mremap (move, shrink, grow, DONTUNMAP), mprotect (whole or a
+ *     piece: VMA splits), madvise, accesses to the mappings from user space (SIGBUS/SIGSEGV
+ *     caught) and from the kernel (pipe I/O, /proc/self/mem);
  *   - gpusim frees pinned allocations and the process's whole GPU space at random moments
  *     (invalidation callbacks in non-persistent mode), gdrdrv files are closed with live pins and
  *     mappings, and fork children poke at inherited files and mappings.
@@ -138,6 +139,7 @@ struct proc {
 	struct thread *threads;
 	int nthreads;
 	int pipefd[2];
+	int memfd;		/* /proc/self/mem */
 	unsigned char *guard;	/* page followed by a PROT_NONE page */
 	pid_t children[64];
 	int nchildren;
@@ -636,6 +638,15 @@ static void op_mremap(struct thread *t)
 	if (from == to || chance(&t->rng, 20)) {
 		m = mremap(src, len, newlen, 0);
 		to = from;
+	} else if (chance(&t->rng, 10)) {
+		/* Refused for PFN mappings; for an anonymous reservation the source stays mapped. */
+		m = mremap(src, len, len, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, dst);
+		newlen = len;
+		if (m != MAP_FAILED) {
+			count(OP_MREMAP, true);
+			t->slot_len[to] = 0;
+			return;
+		}
 	} else {
 		m = mremap(src, len, newlen, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
 	}
@@ -663,7 +674,14 @@ static void op_mprotect(struct thread *t)
 				      MADV_NORMAL, MADV_DONTDUMP, MADV_DODUMP, MADV_COLD };
 	int err;
 
-	if (chance(&t->rng, 50)) {
+	if (chance(&t->rng, 25)) {	/* a piece: splits the VMA */
+		uint64_t start = below(&t->rng, len / page_size) * page_size;
+
+		err = mprotect(at + start, page_size, (int)below(&t->rng, 4)) ? errno : 0;
+		count(OP_MPROTECT, !err);
+		if (err)
+			ALLOWED(t, "mprotect (piece)", err, EACCES, ENOMEM, EINVAL);
+	} else if (chance(&t->rng, 50)) {
 		err = mprotect(at, len, (int)below(&t->rng, 4)) ? errno : 0;
 		count(OP_MPROTECT, !err);
 		if (err)
@@ -712,6 +730,14 @@ static void op_kaccess(struct thread *t)
 
 	if (off + n > SLOT_SIZE)
 		n = SLOT_SIZE - off;
+	if (chance(&t->rng, 25)) {
+		/* Remote access (ptrace, /proc/pid/mem) to a PFN mapping: refused, never a crash. */
+		r = pread(t->p->memfd, sink, n, (off_t)(uintptr_t)at);
+		count(OP_KACCESS, r >= 0);
+		if (r < 0)
+			ALLOWED(t, "/proc/self/mem read", errno, EIO, EFAULT);
+		return;
+	}
 	pthread_mutex_lock(&t->p->lock);	/* the pipe is shared: keep it drained */
 	r = write(t->p->pipefd[1], at, n);
 	err = r < 0 ? errno : 0;
@@ -937,6 +963,11 @@ static int worker(int index)
 	signal(SIGPIPE, SIG_IGN);
 	if (pipe2(p->pipefd, O_CLOEXEC | O_NONBLOCK)) {
 		fail(NULL, "pipe: %s", strerror(errno));
+		return 1;
+	}
+	p->memfd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+	if (p->memfd < 0) {
+		fail(NULL, "open /proc/self/mem: %s", strerror(errno));
 		return 1;
 	}
 	p->guard = mmap(NULL, 2 * page_size, PROT_READ | PROT_WRITE,

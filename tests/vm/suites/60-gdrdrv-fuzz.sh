@@ -3,8 +3,9 @@
 #
 # Suite: hostile, seeded stress of gdrdrv through /dev/gdrdrv (tests/vm/fuzz/gdrdrv_fuzz.c):
 # random and structure-aware ioctls, mmap/munmap/mremap/fork, several processes and threads,
-# gpusim freeing pinned memory at random moments. Two passes with the same seed: persistent
-# mapping (the default) and use_persistent_mapping=0 (free callbacks invalidate pins). After
+# gpusim freeing pinned memory at random moments. Three passes with the same seed: persistent
+# mapping (the default), use_persistent_mapping=0 (free callbacks invalidate pins), and
+# persistent again with gpusim scattering BAR pages (no two GPU pages contiguous). After
 # each pass: no pin left in gpusim or gdrdrv, every BAR page free, gdrdrv unloads. Kernel
 # warnings and oopses are caught by tests/vm/guest.sh right after the suite.
 #
@@ -31,6 +32,7 @@ echo "gdrdrv-fuzz: seed $SEED, $OPS operations per pass (replay: VMTEST_FUZZ_SEE
 
 restore() {
 	local rc=$?
+	echo 0 > /sys/module/gpusim/parameters/scatter_pages 2>/dev/null || true
 	"$LOAD" "$KO" >/dev/null || { echo "gdrdrv-fuzz: cannot reload gdrdrv"; rc=1; }
 	exit "$rc"
 }
@@ -69,6 +71,12 @@ run_pass() { # <name> <persistent> <module parameters...>
 	check_clean "$name"
 }
 
+SCATTER=/sys/module/gpusim/parameters/scatter_pages
 run_pass "persistent mapping" 1
 run_pass "non-persistent mapping (free callbacks)" 0 use_persistent_mapping=0 dbg_enabled=1
-echo "gdrdrv-fuzz suite: PASS (seed $SEED, 2 x $OPS operations)"
+# Non-contiguous BAR pages: every GPU page its own PAT reservation and PFN run.
+[ -w "$SCATTER" ] || fail "$SCATTER missing"
+echo 1 > "$SCATTER"
+run_pass "persistent mapping, scattered BAR pages" 1
+echo 0 > "$SCATTER"
+echo "gdrdrv-fuzz suite: PASS (seed $SEED, 3 x $OPS operations)"
