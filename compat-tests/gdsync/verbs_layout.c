@@ -1,6 +1,6 @@
 /*
- * The rdma-core layouts libgdsync's verbs code hard-codes (libgdsync/src/verbs.rs, proxy.rs,
- * mlx5prov.rs), checked against the installed <infiniband/verbs.h> and <infiniband/mlx5dv.h>.
+ * The rdma-core layouts libgdsync's verbs code hard-codes (libgdsync/src/verbs/ibv.rs, exp.rs,
+ * mlx5/mod.rs), checked against the installed <infiniband/verbs.h> and <infiniband/mlx5dv.h>.
  * A mismatch means the Rust constants must be updated for this rdma-core.
  */
 #include <gdsync.h>
@@ -55,6 +55,26 @@ int main(void)
 	EQ(offsetof(struct mlx5dv_cq, cqe_cnt), 16);
 	EQ(offsetof(struct mlx5dv_cq, cqn), 32);
 	EQ(sizeof(struct mlx5dv_obj), 112);
+	/* verbs_get_ctx_op through struct verbs_context (ibv_alloc_td, ibv_alloc_parent_domain). */
+	EQ(offsetof(struct verbs_context, context), 320);
+	EQ(sizeof(struct verbs_context), 648);
+	EQ(offsetof(struct verbs_context, sz), 312);
+	EQ(offsetof(struct verbs_context, alloc_parent_domain), 112);
+	EQ(offsetof(struct verbs_context, dealloc_td), 120);
+	EQ(offsetof(struct verbs_context, alloc_td), 128);
+	EQ(offsetof(struct ibv_context, abi_compat), 320);
+	EQ(sizeof(struct ibv_td_init_attr), 4);
+	EQ(sizeof(struct ibv_parent_domain_init_attr), 48);
+	EQ(offsetof(struct ibv_parent_domain_init_attr, comp_mask), 16);
+	EQ(sizeof(struct ibv_qp_init_attr_ex), 136);
+	EQ(offsetof(struct ibv_qp_init_attr_ex, comp_mask), 60);
+	EQ(offsetof(struct ibv_qp_init_attr_ex, pd), 64);
+	EQ(offsetof(struct ibv_qp_init_attr_ex, create_flags), 80);
+	EQ(IBV_QP_INIT_ATTR_PD, 1);
+	EQ(sizeof(struct mlx5dv_qp_init_attr), 40);
+	EQ(offsetof(struct mlx5dv_qp_init_attr, create_flags), 8);
+	EQ(MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS, 1);
+	EQ(MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE, 8);
 	EQ(MLX5DV_OBJ_QP, 1);
 	EQ(MLX5DV_OBJ_CQ, 2);
 	printf("verbs layouts: %s\n", bad ? "MISMATCH" : "as libgdsync assumes");

@@ -61,3 +61,31 @@ pub(crate) const IBV_EXP_SEND_INLINE: u64 = 8;
 pub(crate) const IBV_EXP_SEND_IP_CSUM: u64 = 1 << 32;
 pub(crate) const IBV_SEND_INLINE: u32 = 8;
 pub(crate) const IBV_SEND_IP_CSUM: u32 = 16;
+
+/// Neither provider implements any `exp_create_flags` (MOFED's QP-creation extensions): an
+/// application asking for one gets `EINVAL` and a line naming them, not a QP without them.
+pub(crate) fn check_create_flags(origin: &str, a: &ExpQpInitAttr) -> gpudirect_common::Result<()> {
+    if a.comp_mask & IBV_EXP_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.exp_create_flags != 0 {
+        gds_err!(origin, "exp_create_flags {:#x} are not supported", a.exp_create_flags);
+        return Err(gpudirect_common::Errno::EINVAL);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_create_flags_are_refused() {
+        // SAFETY: all-zero is a valid attribute block (NULL pointers, zero counts).
+        let mut a: ExpQpInitAttr = unsafe { std::mem::zeroed() };
+        assert!(check_create_flags("t", &a).is_ok());
+        a.exp_create_flags = 0x40;
+        assert!(check_create_flags("t", &a).is_ok(), "ignored unless comp_mask says they are set");
+        a.comp_mask = IBV_EXP_QP_INIT_ATTR_CREATE_FLAGS;
+        assert_eq!(check_create_flags("t", &a), Err(gpudirect_common::Errno::EINVAL));
+        a.exp_create_flags = 0;
+        assert!(check_create_flags("t", &a).is_ok());
+    }
+}

@@ -128,7 +128,132 @@ pub type PostSendFn = unsafe extern "C" fn(*mut c_void, *mut SendWr, *mut *mut S
 pub type PostRecvFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut *mut c_void) -> c_int;
 type CreateCqFn = unsafe extern "C" fn(*mut c_void, c_int, *mut c_void, *mut c_void, c_int) -> *mut c_void;
 type DestroyFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+type AllocTdFn = unsafe extern "C" fn(*mut c_void, *mut TdInitAttr) -> *mut c_void;
+type AllocParentDomainFn = unsafe extern "C" fn(*mut c_void, *mut ParentDomainInitAttr) -> *mut c_void;
 type CreateQpFn = unsafe extern "C" fn(*mut c_void, *mut QpInitAttr) -> *mut c_void;
+
+// rdma-core's `struct verbs_context` (x86-64): the extended ops live *before* the
+// `struct ibv_context` it embeds; verbs.h's inline `ibv_alloc_td`/`ibv_alloc_parent_domain`
+// reach them through `verbs_get_ctx_op` (checked in compat-tests/gdsync/verbs_layout.c).
+/// `offsetof(struct verbs_context, context)`.
+pub const VCTX_CONTEXT: usize = 320;
+/// `sizeof(struct verbs_context)`.
+pub const VCTX_SIZE: usize = 648;
+/// `offsetof(struct verbs_context, sz)`.
+pub const VCTX_SZ: usize = 312;
+/// `offsetof(struct verbs_context, alloc_parent_domain)`.
+pub const VCTX_ALLOC_PARENT_DOMAIN: usize = 112;
+/// `offsetof(struct verbs_context, dealloc_td)`.
+pub const VCTX_DEALLOC_TD: usize = 120;
+/// `offsetof(struct verbs_context, alloc_td)`.
+pub const VCTX_ALLOC_TD: usize = 128;
+/// `offsetof(struct ibv_context, abi_compat)`; `(void *)-1` marks an extended context.
+pub const CTX_ABI_COMPAT: usize = 320;
+
+/// `struct ibv_td_init_attr` (4 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct TdInitAttr {
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_parent_domain_init_attr` (48 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ParentDomainInitAttr {
+    pub pd: *mut c_void,
+    pub td: *mut c_void,
+    pub comp_mask: u32,
+    pub alloc: usize,
+    pub free: usize,
+    pub pd_context: *mut c_void,
+}
+
+/// `struct ibv_qp_init_attr_ex` (136 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct QpInitAttrEx {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut c_void,
+    pub recv_cq: *mut c_void,
+    pub srq: *mut c_void,
+    pub cap: QpCap,
+    pub qp_type: u32,
+    pub sq_sig_all: c_int,
+    pub comp_mask: u32,
+    pub pd: *mut c_void,
+    pub xrcd: *mut c_void,
+    pub create_flags: u32,
+    pub max_tso_header: u16,
+    pub rwq_ind_tbl: *mut c_void,
+    pub rx_hash_conf: [u64; 3],
+    pub source_qpn: u32,
+    pub send_ops_flags: u64,
+}
+
+/// `IBV_QP_INIT_ATTR_PD`.
+pub const QP_INIT_ATTR_PD: u32 = 1;
+
+/// `verbs_get_ctx_op(ctx, op)`: the extended op at `off` of the context's `verbs_context`, or
+/// `None` when the context is not extended, is too old to have that op, or the provider lacks it.
+///
+/// # Safety
+/// `ctx` is a live `struct ibv_context *`.
+pub unsafe fn extended_op(ctx: *mut c_void, off: usize) -> Option<usize> {
+    let base = ctx as usize;
+    // SAFETY: abi_compat lies inside the live context.
+    let compat = unsafe { std::ptr::read((base + CTX_ABI_COMPAT) as *const usize) };
+    if compat != usize::MAX {
+        return None;
+    }
+    let vctx = base - VCTX_CONTEXT;
+    // SAFETY: an extended context is embedded in a verbs_context of at least `sz` bytes ending
+    // at the context: the sz field and the op slot checked against it lie inside it.
+    let sz = unsafe { std::ptr::read((vctx + VCTX_SZ) as *const usize) };
+    if sz < VCTX_SIZE - off {
+        return None;
+    }
+    // SAFETY: as above.
+    let f = unsafe { std::ptr::read((vctx + off) as *const usize) };
+    (f != 0).then_some(f)
+}
+
+/// `ibv_alloc_td(ctx, {0})`: a thread domain (for mlx5: a UAR of its own).
+///
+/// # Safety
+/// `ctx` is a live context.
+pub unsafe fn alloc_td(ctx: *mut c_void) -> Result<*mut c_void, Errno> {
+    // SAFETY: live context.
+    let f = unsafe { extended_op(ctx, VCTX_ALLOC_TD) }.ok_or(Errno(libc::EOPNOTSUPP))?;
+    let mut a = TdInitAttr::default();
+    // SAFETY: the provider's alloc_td(struct ibv_context *, struct ibv_td_init_attr *).
+    let td = unsafe { std::mem::transmute::<usize, AllocTdFn>(f)(ctx, &mut a) };
+    if td.is_null() { Err(nonzero(Errno::last())) } else { Ok(td) }
+}
+
+/// The provider's `dealloc_td`.
+///
+/// # Safety
+/// `td` came from [`alloc_td`] on `ctx` and is no longer used.
+pub unsafe fn dealloc_td(ctx: *mut c_void, td: *mut c_void) -> Result<(), Errno> {
+    // SAFETY: live context.
+    let f = unsafe { extended_op(ctx, VCTX_DEALLOC_TD) }.ok_or(Errno(libc::EOPNOTSUPP))?;
+    // SAFETY: dealloc_td(struct ibv_td *).
+    rc(unsafe { std::mem::transmute::<usize, DestroyFn>(f)(td) })
+}
+
+/// `ibv_alloc_parent_domain(ctx, {pd, td})`: a PD whose objects use the thread domain.
+///
+/// # Safety
+/// `ctx` is live; `pd` and `td` are live objects of it.
+pub unsafe fn alloc_parent_domain(ctx: *mut c_void, pd: *mut c_void, td: *mut c_void) -> Result<*mut c_void, Errno> {
+    // SAFETY: live context.
+    let f = unsafe { extended_op(ctx, VCTX_ALLOC_PARENT_DOMAIN) }.ok_or(Errno(libc::EOPNOTSUPP))?;
+    let mut a = ParentDomainInitAttr { pd, td, comp_mask: 0, alloc: 0, free: 0, pd_context: std::ptr::null_mut() };
+    // SAFETY: alloc_parent_domain(struct ibv_context *, struct ibv_parent_domain_init_attr *).
+    let p = unsafe { std::mem::transmute::<usize, AllocParentDomainFn>(f)(ctx, &mut a) };
+    if p.is_null() { Err(nonzero(Errno::last())) } else { Ok(p) }
+}
 
 /// The entry points we use.
 pub struct Verbs {
@@ -137,6 +262,7 @@ pub struct Verbs {
     destroy_cq: DestroyFn,
     create_qp: CreateQpFn,
     destroy_qp: DestroyFn,
+    dealloc_pd: DestroyFn,
 }
 
 impl Verbs {
@@ -153,6 +279,7 @@ impl Verbs {
                 destroy_cq: as_fn::<DestroyFn>(sym(c"ibv_destroy_cq")?),
                 create_qp: as_fn::<CreateQpFn>(sym(c"ibv_create_qp")?),
                 destroy_qp: as_fn::<DestroyFn>(sym(c"ibv_destroy_qp")?),
+                dealloc_pd: as_fn::<DestroyFn>(sym(c"ibv_dealloc_pd")?),
                 _lib: lib,
             }
         };
@@ -191,6 +318,15 @@ impl Verbs {
     pub unsafe fn destroy_qp(&self, qp: *mut c_void) -> Result<(), Errno> {
         // SAFETY: per the contract.
         rc(unsafe { (self.destroy_qp)(qp) })
+    }
+
+    /// `ibv_dealloc_pd` (also frees a parent domain).
+    ///
+    /// # Safety
+    /// `pd` is a PD this library allocated, not used afterwards.
+    pub unsafe fn dealloc_pd(&self, pd: *mut c_void) -> Result<(), Errno> {
+        // SAFETY: per the contract.
+        rc(unsafe { (self.dealloc_pd)(pd) })
     }
 }
 
@@ -304,6 +440,40 @@ pub unsafe fn post_recv(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extended_verbs_layouts() {
+        assert_eq!(std::mem::size_of::<TdInitAttr>(), 4);
+        assert_eq!(std::mem::size_of::<ParentDomainInitAttr>(), 48);
+        assert_eq!(std::mem::offset_of!(ParentDomainInitAttr, comp_mask), 16);
+        assert_eq!(std::mem::offset_of!(ParentDomainInitAttr, pd_context), 40);
+        assert_eq!(std::mem::size_of::<QpInitAttrEx>(), 136);
+        assert_eq!(std::mem::offset_of!(QpInitAttrEx, cap), 32);
+        assert_eq!(std::mem::offset_of!(QpInitAttrEx, comp_mask), 60);
+        assert_eq!(std::mem::offset_of!(QpInitAttrEx, pd), 64);
+        assert_eq!(std::mem::offset_of!(QpInitAttrEx, create_flags), 80);
+        assert_eq!(std::mem::offset_of!(QpInitAttrEx, send_ops_flags), 128);
+    }
+
+    #[test]
+    fn extended_ops_follow_verbs_get_ctx_op() {
+        // A fake verbs_context + ibv_context in one buffer.
+        let mut mem = vec![0usize; VCTX_SIZE / 8];
+        let base = mem.as_mut_ptr() as usize;
+        let ctx = (base + VCTX_CONTEXT) as *mut c_void;
+        let put = |m: &mut Vec<usize>, off: usize, v: usize| m[off / 8] = v;
+        put(&mut mem, VCTX_ALLOC_TD, 0x1111);
+        put(&mut mem, VCTX_SZ, VCTX_SIZE);
+        // SAFETY: ctx points into the fake, which covers every slot read.
+        unsafe {
+            assert_eq!(extended_op(ctx, VCTX_ALLOC_TD), None, "abi_compat not set: not extended");
+            put(&mut mem, VCTX_CONTEXT + CTX_ABI_COMPAT, usize::MAX);
+            assert_eq!(extended_op(ctx, VCTX_ALLOC_TD), Some(0x1111));
+            assert_eq!(extended_op(ctx, VCTX_DEALLOC_TD), None, "provider lacks it");
+            put(&mut mem, VCTX_SZ, VCTX_SIZE - VCTX_ALLOC_TD - 8);
+            assert_eq!(extended_op(ctx, VCTX_ALLOC_TD), None, "context older than the op");
+        }
+    }
 
     #[test]
     fn struct_sizes_match_verbs_h() {

@@ -778,10 +778,7 @@ impl Proxy {
         if flags & (GDS_CREATE_QP_TX_CQ_ON_GPU | GDS_CREATE_QP_RX_CQ_ON_GPU | GDS_CREATE_QP_WQ_DBREC_ON_GPU) != 0 {
             gds_warn_once!(F, "CQ/doorbell placement flags {flags:#x} have no effect with the CPU-proxy provider");
         }
-        if a.comp_mask & IBV_EXP_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.exp_create_flags != 0 {
-            gds_err!(F, "exp_create_flags {:#x} are not supported", a.exp_create_flags);
-            return Err(Errno::EINVAL);
-        }
+        check_create_flags(F, a)?;
         if proxy_thread().is_none() {
             return Err(Errno(libc::EAGAIN));
         }

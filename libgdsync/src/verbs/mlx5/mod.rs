@@ -11,9 +11,18 @@
 //!   (libmlx5's is filled only by its own post_send) and rewrites consumed `op_own` to 0xF0 so a
 //!   later-lap GEQ wait cannot fire on a stale entry.
 //!
+//! The QP is made with `mlx5dv_create_qp` with scatter-to-CQE disabled (a stream waiting on a
+//! CQE must find the data in the user buffer, not inside the CQE), in a parent domain over the
+//! application's PD and a thread domain of its own, which gives it a doorbell/BlueFlame register
+//! (UAR) not shared with CPU-posted QPs (libmlx5 guards a shared one with a lock the GPU cannot
+//! take); where the device has no UAR left `ibv_alloc_td` fails and so does `gds_create_qp`.
+//! Work requests: `num_sge` within the QP's `max_send_sge`, unknown `exp_create_flags` refused,
+//! `wr_id`s kept for signaled WQEs only (an unsignaled one never completes).
+//!
 //! Limits: RC/UC only (a UD WQE needs the mlx5 address vector of an AH), no `SEND_WITH_INV`/
-//! `LOCAL_INV`/`TSO`, GEQ waits on even laps (NOR would need the ring's owner bits preset), the QP
-//! uses whatever UAR rdma-core gave it (no dedicated thread-domain UAR).
+//! `LOCAL_INV`/`TSO`, GEQ waits on even laps (NOR would need the ring's owner bits preset), and an
+//! `ibv_modify_qp` to RESET is not tracked (rdma-core's modify path does not go through the
+//! context's ops table, so it cannot be observed; destroy and re-create the QP instead).
 //! **Never run on hardware**: no mlx5 NIC is reachable from our test machines. The WQE/CQE logic is
 //! unit-tested on synthetic rings (`mlx5dv`); this glue is compiled and reviewed only, which is why
 //! it is opt-in and the default for every device is the CPU proxy.
@@ -36,7 +45,7 @@ use crate::sync::lock;
 use crate::verbs::area::{Area, alloc_area, free_area};
 use crate::verbs::exp::{ExpQpInitAttr, ExpSendWr};
 use crate::verbs::hook::{self, install_hook};
-use crate::verbs::ibv::{self as verbs, PollCqFn, QpInitAttr, Sge, Wc, verbs};
+use crate::verbs::ibv::{self as verbs, PollCqFn, QpInitAttr, QpInitAttrEx, Sge, Wc, verbs};
 use crate::verbs::mlx5::dv::{self as mlx5dv, Cq, Mem, Sq, Wqe};
 
 /// `struct mlx5dv_qp` (96 bytes).
@@ -86,10 +95,28 @@ const MLX5DV_OBJ_QP: u64 = 1;
 const MLX5DV_OBJ_CQ: u64 = 2;
 
 type InitObjFn = unsafe extern "C" fn(*mut DvObj, u64) -> c_int;
+type CreateQpFn = unsafe extern "C" fn(*mut c_void, *mut QpInitAttrEx, *mut DvQpInitAttr) -> *mut c_void;
+
+/// `struct mlx5dv_qp_init_attr` (40 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct DvQpInitAttr {
+    comp_mask: u64,
+    create_flags: u32,
+    pad: u32,
+    dc_init_attr: [u64; 2],
+    send_ops_flags: u64,
+}
+
+const MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS: u64 = 1;
+/// Small receives and READ/atomic responses would otherwise land in the CQE itself and reach the
+/// user buffer only when a CPU polls: a stream waiting on the CQE would then read stale data.
+const MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE: u32 = 1 << 3;
 
 struct Dv {
     _lib: Library,
     init_obj: InitObjFn,
+    create_qp: CreateQpFn,
 }
 
 fn dv() -> Result<&'static Dv> {
@@ -99,7 +126,11 @@ fn dv() -> Result<&'static Dv> {
         let p = lib.symbol(c"mlx5dv_init_obj").ok_or("libmlx5.so.1 lacks mlx5dv_init_obj")?;
         // SAFETY: rdma-core's `int mlx5dv_init_obj(struct mlx5dv_obj *, uint64_t)`.
         let init_obj = unsafe { as_fn::<InitObjFn>(p) };
-        Ok(Dv { _lib: lib, init_obj })
+        let p = lib.symbol(c"mlx5dv_create_qp").ok_or("libmlx5.so.1 lacks mlx5dv_create_qp")?;
+        // SAFETY: rdma-core's `struct ibv_qp *mlx5dv_create_qp(struct ibv_context *,
+        // struct ibv_qp_init_attr_ex *, struct mlx5dv_qp_init_attr *)`.
+        let create_qp = unsafe { as_fn::<CreateQpFn>(p) };
+        Ok(Dv { _lib: lib, init_obj, create_qp })
     });
     r.as_ref().map_err(|e| {
         gds_err!("gds_mlx5", "cannot use libmlx5: {e}");
@@ -284,6 +315,10 @@ struct M5Qp {
     area: Area,
     sig_all: bool,
     rc: bool,
+    /// `cap.max_send_sge` the QP was created with.
+    max_send_sge: u32,
+    /// Its thread domain + parent domain (freed after the QP).
+    ded: Dedicated,
 }
 
 fn qps() -> &'static Mutex<HashMap<usize, Arc<M5Qp>>> {
@@ -329,6 +364,7 @@ fn register(ptr: usize, len: usize, ty: i32) -> Result<u64> {
 unsafe fn to_wqe<'a>(
     e: &ExpSendWr,
     sig_all: bool,
+    max_sge: u32,
     sges: &'a mut Vec<(u64, u32, u32)>,
     buf: &'a mut Vec<u8>,
 ) -> std::result::Result<Wqe<'a>, String> {
@@ -347,6 +383,10 @@ unsafe fn to_wqe<'a>(
     };
     if e.num_sge < 0 || (e.num_sge > 0 && e.sg_list.is_null()) || e.num_sge > 16 {
         return Err(format!("bad scatter/gather list ({} entries)", e.num_sge));
+    }
+    // The QP was sized for max_send_sge data segments per WQE (inline data is bounded elsewhere).
+    if e.exp_send_flags & 8 == 0 && e.num_sge as u32 > max_sge {
+        return Err(format!("{} scatter/gather entries, the QP takes {max_sge}", e.num_sge));
     }
     let list: &[Sge] = if e.num_sge == 0 {
         &[]
@@ -408,16 +448,20 @@ impl M5Qp {
             let e = unsafe { &*p };
             let (mut sg, mut buf) = (Vec::new(), Vec::new());
             // SAFETY: as above.
-            let r = unsafe { to_wqe(e, self.sig_all, &mut sg, &mut buf) }.map_err(|why| {
+            let r = unsafe { to_wqe(e, self.sig_all, self.max_send_sge, &mut sg, &mut buf) }.map_err(|why| {
                 gds_err!(F, "{why}");
                 Errno::EINVAL
             });
             let idx = s.sq.cur_post as u16;
+            let signaled = r.as_ref().is_ok_and(|w| w.signaled);
             match r.and_then(|w| s.sq.post(&m, &w)) {
-                Ok(_) => {
+                // Only a signaled WQE produces a CQE whose wr_id we must supply; an unsignaled
+                // one's entry would never be consumed.
+                Ok(_) if signaled => {
                     s.wrids.insert(idx, e.wr_id);
                     added.push(idx);
                 }
+                Ok(_) => {}
                 Err(er) => {
                     fail = Some((er, p));
                     break;
@@ -468,6 +512,98 @@ impl M5Qp {
     }
 }
 
+/// The QP's own doorbell/BlueFlame register: libmlx5 shares one UAR between the QPs of a context
+/// and serialises CPU posts on it with a lock the GPU cannot take. A thread domain gets a UAR of
+/// its own, and a QP made in a parent domain over (the application's PD, that TD) uses it: the
+/// rdma-core way to a dedicated UAR. A device with no UAR left fails `ibv_alloc_td`: then
+/// `gds_create_qp` fails with that errno (and a line saying so) rather than share the register.
+#[derive(Clone, Copy)]
+struct Dedicated {
+    td: usize,
+    pd: usize,
+}
+
+impl Dedicated {
+    /// # Safety
+    /// `ctx` and `pd` are live.
+    unsafe fn alloc(ctx: *mut c_void, pd: *mut c_void) -> Result<Dedicated> {
+        const F: &str = "gds_create_qp";
+        // SAFETY: live context.
+        let td = unsafe { verbs::alloc_td(ctx) }.inspect_err(|e| {
+            gds_err!(
+                F,
+                "ibv_alloc_td failed ({}): no doorbell register of its own for a stream-driven QP (the device may have none left); not sharing one",
+                e.describe()
+            )
+        })?;
+        // SAFETY: live context, PD and TD.
+        match unsafe { verbs::alloc_parent_domain(ctx, pd, td) } {
+            Ok(p) => Ok(Dedicated { td: td as usize, pd: p as usize }),
+            Err(e) => {
+                gds_err!(F, "ibv_alloc_parent_domain failed: {}", e.describe());
+                // SAFETY: allocated above, unused.
+                let _ = unsafe { verbs::dealloc_td(ctx, td) };
+                Err(e)
+            }
+        }
+    }
+
+    /// # Safety
+    /// No QP uses the parent domain any more.
+    unsafe fn free(&self, v: &verbs::Verbs, ctx: *mut c_void) {
+        // SAFETY: per the contract; the PD before the TD it refers to.
+        unsafe {
+            if let Err(e) = v.dealloc_pd(self.pd as *mut c_void) {
+                gds_warn!("gds_destroy_qp", "ibv_dealloc_pd (parent domain) failed: {}", e.describe());
+            }
+            if let Err(e) = verbs::dealloc_td(ctx, self.td as *mut c_void) {
+                gds_warn!("gds_destroy_qp", "dealloc_td failed: {}", e.describe());
+            }
+        }
+    }
+}
+
+/// `mlx5dv_create_qp` in the parent domain `pdom`, scatter-to-CQE off; `ia.cap` gets the actual
+/// capabilities, as `ibv_create_qp` would write them.
+///
+/// # Safety
+/// `ctx`, `pdom` and the CQs in `ia` are live.
+unsafe fn create_dv_qp(d: &Dv, ctx: *mut c_void, pdom: *mut c_void, ia: &mut QpInitAttr) -> Result<*mut c_void> {
+    let mut ex = QpInitAttrEx {
+        qp_context: ia.qp_context,
+        send_cq: ia.send_cq,
+        recv_cq: ia.recv_cq,
+        srq: ia.srq,
+        cap: ia.cap,
+        qp_type: ia.qp_type,
+        sq_sig_all: ia.sq_sig_all,
+        comp_mask: verbs::QP_INIT_ATTR_PD,
+        pd: pdom,
+        xrcd: std::ptr::null_mut(),
+        create_flags: 0,
+        max_tso_header: 0,
+        rwq_ind_tbl: std::ptr::null_mut(),
+        rx_hash_conf: [0; 3],
+        source_qpn: 0,
+        send_ops_flags: 0,
+    };
+    let mut dva = DvQpInitAttr {
+        comp_mask: MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS,
+        create_flags: MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE,
+        ..Default::default()
+    };
+    // SAFETY: live objects per the contract; both attribute structs have rdma-core's layouts
+    // (tests below and compat-tests/gdsync/verbs_layout.c).
+    let qp = unsafe { (d.create_qp)(ctx, &mut ex, &mut dva) };
+    if qp.is_null() {
+        let e = Errno::last();
+        gds_err!("gds_create_qp", "mlx5dv_create_qp failed: {}", e.describe());
+        return Err(if e.0 == 0 { Errno::EINVAL } else { e });
+    }
+    ia.cap = ex.cap;
+    Ok(qp)
+}
+
 /// # Safety
 /// As `Provider::create_qp`; `ctx` belongs to an mlx5 device.
 pub unsafe fn create(pd: *mut c_void, ctx: *mut c_void, attr: *mut c_void, flags: i32) -> Result<NonNull<GdsQp>> {
@@ -486,6 +622,7 @@ pub unsafe fn create(pd: *mut c_void, ctx: *mut c_void, attr: *mut c_void, flags
     }
     // SAFETY: non-NULL attributes per the contract.
     let a = unsafe { &mut *(attr as *mut ExpQpInitAttr) };
+    crate::verbs::exp::check_create_flags(F, a)?;
     gds_warn_once!(F, "mlx5 direct provider: never validated on hardware (see docs/gdsync.md)");
     // SAFETY: live context.
     let scq = unsafe { v.create_cq(ctx, a.cap.max_send_wr.max(1) as c_int) }?;
@@ -507,15 +644,28 @@ pub unsafe fn create(pd: *mut c_void, ctx: *mut c_void, attr: *mut c_void, flags
         qp_type: a.qp_type,
         sq_sig_all: a.sq_sig_all,
     };
-    // SAFETY: live pd and CQs.
-    let qp = match unsafe { v.create_qp(pd, &mut ia) } {
+    let destroy_cqs = || {
+        // SAFETY: created above, unused.
+        unsafe {
+            let _ = v.destroy_cq(scq);
+            let _ = v.destroy_cq(rcq);
+        }
+    };
+    // SAFETY: live pd and context.
+    let ded = match unsafe { Dedicated::alloc(ctx, pd) } {
+        Ok(dd) => dd,
+        Err(e) => {
+            destroy_cqs();
+            return Err(e);
+        }
+    };
+    // SAFETY: live context, parent domain and CQs.
+    let qp = match unsafe { create_dv_qp(d, ctx, ded.pd as *mut c_void, &mut ia) } {
         Ok(q) => q,
         Err(e) => {
-            // SAFETY: created above.
-            unsafe {
-                let _ = v.destroy_cq(scq);
-                let _ = v.destroy_cq(rcq);
-            }
+            // SAFETY: allocated above, unused.
+            unsafe { ded.free(v, ctx) };
+            destroy_cqs();
             return Err(e);
         }
     };
@@ -524,7 +674,7 @@ pub unsafe fn create(pd: *mut c_void, ctx: *mut c_void, attr: *mut c_void, flags
         hook::adopt_cq(scq);
         hook::adopt_cq(rcq);
         // SAFETY: live objects; the out structs are ours and large enough.
-        let r = unsafe { finish(v, d, pd, ctx, a, qp, scq, rcq, orig, &ia) };
+        let r = unsafe { finish(v, d, pd, ctx, a, qp, scq, rcq, orig, &ia, ded) };
         if r.is_err() {
             hook::forget_cq(scq);
             hook::forget_cq(rcq);
@@ -537,9 +687,9 @@ pub unsafe fn create(pd: *mut c_void, ctx: *mut c_void, attr: *mut c_void, flags
         // SAFETY: created above, not registered anywhere.
         unsafe {
             let _ = v.destroy_qp(qp);
-            let _ = v.destroy_cq(scq);
-            let _ = v.destroy_cq(rcq);
+            ded.free(v, ctx);
         }
+        destroy_cqs();
     }
     r
 }
@@ -558,6 +708,7 @@ unsafe fn finish(
     rcq: *mut c_void,
     orig: PollCqFn,
     ia: &QpInitAttr,
+    ded: Dedicated,
 ) -> Result<NonNull<GdsQp>> {
     const F: &str = "gds_create_qp";
     let (mut dq, mut dsc, mut drc) = (DvQp::default(), DvCq::default(), DvCq::default());
@@ -649,6 +800,8 @@ unsafe fn finish(
         recv: recv.clone(),
         area,
         sig_all: a.sq_sig_all != 0,
+        max_send_sge: ia.cap.max_send_sge,
+        ded,
         rc: a.qp_type == 2 || a.qp_type == 3,
     });
     {
@@ -670,7 +823,9 @@ pub fn destroy(qp: NonNull<GdsQp>) -> Result<()> {
         hook::forget_cq(c.cq as *mut c_void);
     }
     // SAFETY: the GdsQp made by finish (freed below); its context is live while its QP is.
-    unsafe { hook::release_hook((*(q.gds as *const GdsQp)).dev_context) };
+    let ctx = unsafe { (*(q.gds as *const GdsQp)).dev_context };
+    // SAFETY: as above.
+    unsafe { hook::release_hook(ctx) };
     let mut last = Ok(());
     // SAFETY: live QP, removed from every table.
     if let Err(e) = unsafe { v.destroy_qp(q.qp as *mut c_void) } {
@@ -684,6 +839,8 @@ pub fn destroy(qp: NonNull<GdsQp>) -> Result<()> {
         let _ = ranges().unregister(c.ring_id);
         let _ = ranges().unregister(c.busy_id);
     }
+    // SAFETY: the QP is destroyed: nothing uses its parent domain any more.
+    unsafe { q.ded.free(v, ctx) };
     let _ = ranges().unregister(q.dbr_id);
     let _ = ranges().unregister(q.bf_id);
     free_area(q.area);
@@ -762,6 +919,9 @@ mod tests {
         assert_eq!(std::mem::offset_of!(DvCq, cqe_cnt), 16);
         assert_eq!(std::mem::offset_of!(DvCq, cqn), 32);
         assert_eq!(std::mem::size_of::<DvObj>(), 112);
+        assert_eq!(std::mem::size_of::<DvQpInitAttr>(), 40);
+        assert_eq!(std::mem::offset_of!(DvQpInitAttr, create_flags), 8);
+        assert_eq!(MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE, 8);
     }
 
     #[test]
@@ -776,17 +936,32 @@ mod tests {
         e.wr = [0x1000, 7, 9, 0x42];
         let (mut a, mut b) = (Vec::new(), Vec::new());
         // SAFETY: valid wr over live buffers.
-        let w = unsafe { to_wqe(&e, true, &mut a, &mut b) }.unwrap();
+        let w = unsafe { to_wqe(&e, true, 1, &mut a, &mut b) }.unwrap();
         assert_eq!((w.opcode, w.raddr, w.atomic, w.signaled), (0x11, Some((0x1000, 0x42)), Some((9, 7)), true));
         e.exp_opcode = 2;
         e.exp_send_flags = 8;
         let (mut a, mut b) = (Vec::new(), Vec::new());
         // SAFETY: as above.
-        let w = unsafe { to_wqe(&e, false, &mut a, &mut b) }.unwrap();
+        let w = unsafe { to_wqe(&e, false, 1, &mut a, &mut b) }.unwrap();
         assert_eq!((w.opcode, w.inline, w.raddr, w.signaled), (0x0a, Some(&b"0123456789"[..]), None, false));
         e.exp_opcode = 9;
         let (mut a, mut b) = (Vec::new(), Vec::new());
         // SAFETY: as above.
-        assert!(unsafe { to_wqe(&e, false, &mut a, &mut b) }.is_err());
+        assert!(unsafe { to_wqe(&e, false, 1, &mut a, &mut b) }.is_err());
+        // More gather entries than the QP's max_send_sge: refused (inline data is not bounded by it).
+        let mut sg2 = [sg[0], sg[0]];
+        e.sg_list = sg2.as_mut_ptr();
+        e.num_sge = 2;
+        e.exp_opcode = 2;
+        e.exp_send_flags = 0;
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        // SAFETY: as above.
+        assert!(unsafe { to_wqe(&e, false, 1, &mut a, &mut b) }.is_err(), "2 SGEs on a 1-SGE QP");
+        // SAFETY: as above.
+        assert!(unsafe { to_wqe(&e, false, 2, &mut a, &mut b) }.is_ok());
+        e.exp_send_flags = 8;
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        // SAFETY: as above.
+        assert!(unsafe { to_wqe(&e, false, 1, &mut a, &mut b) }.is_ok(), "inline: the SGE limit does not apply");
     }
 }
