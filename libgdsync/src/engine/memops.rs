@@ -197,6 +197,7 @@ fn check_mem_type(origin: &str, flags: i32) -> Result<()> {
 
 /// The WAIT_VALUE_32 memop for a poll of `addr` (`cond` a GDS_WAIT_COND_*, `gds_flags` the
 /// descriptor's flags: remote flush).
+#[inline]
 fn wait_op(caps: &Caps, addr: u64, value: u32, cond: u32, gds_flags: i32) -> Result<MemOp> {
     const F: &str = "gds_fill_poll";
     check_aligned(F, "wait address", addr, 4)?;
@@ -239,6 +240,7 @@ fn write_flags(caps: &Caps, barrier: bool) -> u32 {
 }
 
 /// The WRITE_VALUE_32 memop storing `value` at `addr`.
+#[inline]
 fn write_op(caps: &Caps, addr: u64, value: u32, barrier: bool) -> Result<MemOp> {
     check_aligned("gds_fill_poke", "write address", addr, 4)?;
     Ok(MemOp::Write32 { addr, value, flags: write_flags(caps, barrier) })
@@ -253,7 +255,12 @@ pub enum ValueDesc {
 
 /// The memop of one value descriptor (spec §5.5 step 4): flag checks, alignment, translation of
 /// the address (registering host memory on first use), then the wait/write memop.
-fn value_op(caps: &Caps, d: ValueDesc, map: &mut dyn FnMut(usize, usize, i32) -> Result<u64>) -> Result<MemOp> {
+#[inline]
+fn value_op(
+    caps: &Caps,
+    d: ValueDesc,
+    map: &mut (impl FnMut(usize, usize, i32) -> Result<u64> + ?Sized),
+) -> Result<MemOp> {
     match d {
         ValueDesc::Wait { ptr, value, cond, flags } => {
             check_wait_value32(cond, flags)?;
