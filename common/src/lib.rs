@@ -3,12 +3,14 @@
 //! - [`errno`]: the one error type (an errno value) and the helper that turns a failed syscall into it;
 //! - [`log`]: an environment-configured logger that writes one line per event to stderr;
 //! - [`boundary`]: the guard every exported C function runs its body in, so no panic reaches C;
-//! - [`dl`] and [`cuda`]: the one place that loads libcuda at run time (dlopen + cuGetProcAddress).
+//! - [`dl`] and [`cuda`]: the one place that loads libcuda at run time (dlopen + cuGetProcAddress);
+//! - [`gdr_abi`]: gdrapi.h layouts read by more than one crate (`gdr_info_v2_t`).
 
 pub mod boundary;
 pub mod cuda;
 pub mod dl;
 pub mod errno;
+pub mod gdr_abi;
 pub mod log;
 
 pub use errno::{Errno, Result};

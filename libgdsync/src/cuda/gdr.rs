@@ -10,18 +10,8 @@ use gpudirect_common::dl::Library;
 
 use crate::abi::GdrMh;
 
-/// `gdr_info_v2_t` (48 bytes; the v1 call fills the first 40).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct GdrInfo {
-    pub va: u64,
-    pub mapped_size: u64,
-    pub page_size: u32,
-    pub tm_cycles: u64,
-    pub cycles_per_ms: u32,
-    pub bits: u32,
-    pub mapping_type: u32,
-}
+/// `gdr_info_v2_t`, the workspace's one definition (the v1 call fills its first 40 bytes).
+pub use gpudirect_common::gdr_abi::GdrInfoV2 as GdrInfo;
 
 type FnVersion = unsafe extern "C" fn(*mut c_int, *mut c_int);
 type FnOpen = unsafe extern "C" fn() -> *mut c_void;
@@ -136,13 +126,6 @@ pub fn gdr() -> Result<&'static Gdr, Errno> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn info_layout_is_gdr_info_v2() {
-        assert_eq!(std::mem::size_of::<GdrInfo>(), 48);
-        assert_eq!(std::mem::offset_of!(GdrInfo, cycles_per_ms), 32);
-        assert_eq!(std::mem::offset_of!(GdrInfo, mapping_type), 40);
-    }
 
     #[test]
     fn errors_are_positive_errnos() {
