@@ -17,8 +17,10 @@
  *   gs_pin    one nvidia_p2p page table handed out. Non-persistent pins hang off their allocation
  *             and own no page references; persistent pins take a reference on every BAR page they
  *             cover, so the pages stay reserved after the allocation is freed.
- *   page_ref  per BAR page reference count: one for the owning allocation plus one per persistent
- *             pin. A page is free when its count is zero.
+ *   gs_dmabuf one exported dma-buf (GPUSIM_IOC_EXPORT_DMABUF): the BAR pages of the exported
+ *             range, each referenced, so they outlive the allocation until the dma-buf is released.
+ *   page_ref  per BAR page reference count: one for the owning allocation, one per persistent
+ *             pin and one per dma-buf covering it. A page is free when its count is zero.
  *
  * Locking
  *   gs.lock (mutex) protects everything above: space list, allocation lists, page_ref, the pin
@@ -44,6 +46,14 @@
  * (arch_io_reserve_memtype_wc), and /dev/gpusim mappings are pgprot_writecombine, the same type
  * gdrdrv uses for its user mappings, so PAT never sees two memtypes for one page.
  *
+ * dma-buf lifetime follows NVIDIA's open driver (nv-dmabuf.c), where an export duplicates the
+ * memory handles under the dma-buf's own client and undups them only in the dma-buf's release:
+ * freeing the allocation while it is exported, mapped or attached neither revokes nor moves
+ * anything (the attachment is static, no move_notify); the pages stay reserved, and CPU mappings
+ * of the dma-buf stay valid, until the last file reference goes (the fd, every VMA, every
+ * importer's attachment all hold one). Only then do the pages return to the pool, so no mapping
+ * or DMA address can outlive the memory behind it.
+ *
  * CPU mappings of an allocation are populated by a fault handler that looks the allocation up
  * under gs.lock at fault time; freeing unlinks first and zaps afterwards, and pages are returned
  * to the free pool only after the zap and the callbacks, so no PTE can outlive its allocation.
@@ -66,6 +76,10 @@
 #include <linux/debugfs.h>
 #include <linux/seq_file.h>
 #include <linux/uaccess.h>
+#include <linux/dma-buf.h>
+#include <linux/dma-mapping.h>
+#include <linux/scatterlist.h>
+#include <linux/file.h>
 
 #include "gpusim_uapi.h"
 #include "nv-p2p.h"
@@ -83,6 +97,11 @@ static bool scatter_pages;
 module_param(scatter_pages, bool, 0644);
 MODULE_PARM_DESC(scatter_pages,
 		 "take an allocation's BAR pages in descending order, so that consecutive GPU pages are never physically contiguous");
+
+static bool dmabuf_mmap = true;
+module_param(dmabuf_mmap, bool, 0644);
+MODULE_PARM_DESC(dmabuf_mmap,
+		 "1: dma-bufs exported from now on can be mmap()ed (the CUDA 13.3+ drivers gdrcopy's dma-buf backend needs); 0: their mmap fails with ENOTSUPP (524), as driver 580 on a discrete GPU");
 
 #define gs_dbg(lvl, fmt, ...) \
 	do { if (verbose >= (lvl)) pr_info(fmt, ##__VA_ARGS__); } while (0)
@@ -142,6 +161,10 @@ static struct {
 	u64 active_pins;
 	u64 total_pins;
 	u64 callbacks_run;
+	u64 active_dmabufs;
+	u64 dmabuf_pages;            /* page references held by live dma-bufs */
+	u64 dmabuf_attachments;
+	u64 total_dmabufs;
 	u8 uuid[NVIDIA_P2P_GPU_UUID_LEN];
 	struct dentry *debugfs;
 } gs = {
@@ -351,6 +374,265 @@ static int gs_ioc_free(struct gs_space *sp, u64 va)
 	return 0;
 }
 
+/* ----------------------------------------------------------------------- dma-buf export --- */
+
+struct gs_dmabuf {
+	u64 va;            /* exported GPU VA (for logs) */
+	u64 size;          /* bytes, host-page multiple */
+	u64 skip;          /* offset of byte 0 inside the first GPU page */
+	u32 npages;        /* GPU pages referenced */
+	u32 *bar_pages;    /* BAR page index of each, one page_ref each */
+	bool can_mmap;     /* dmabuf_mmap at export time */
+};
+
+/* Physical address of byte @off of the dma-buf and the bytes contiguous from there (<= 64 KiB). */
+static phys_addr_t gs_dmabuf_phys(const struct gs_dmabuf *d, u64 off, u64 *contig)
+{
+	u64 p = off + d->skip;
+	u64 within = p & GS_PAGE_MASK;
+
+	*contig = min(GS_PAGE_SIZE - within, d->size - off);
+	return gs.bar_phys + ((u64)d->bar_pages[p >> GS_PAGE_SHIFT] << GS_PAGE_SHIFT) + within;
+}
+
+/*
+ * BAR memory has no struct page. A dynamic importer (one with move_notify) must declare that it
+ * can take peer-to-peer addresses, as NVIDIA's attach demands; a static importer gets the
+ * addresses from map_dma_buf. (NVIDIA also checks the PCIe topology between GPU and importer;
+ * a simulated BAR on QEMU's root bus has no topology to check.)
+ */
+static int gs_dmabuf_attach(struct dma_buf *buf, struct dma_buf_attachment *at)
+{
+	if (at->importer_ops && !at->peer2peer) {
+		gs_dbg(1, "dma-buf attach by %s refused: dynamic importer without peer2peer\n",
+		       dev_name(at->dev));
+		return -ENOTSUPP;
+	}
+	mutex_lock(&gs.lock);
+	gs.dmabuf_attachments++;
+	mutex_unlock(&gs.lock);
+	return 0;
+}
+
+static void gs_dmabuf_detach(struct dma_buf *buf, struct dma_buf_attachment *at)
+{
+	mutex_lock(&gs.lock);
+	gs.dmabuf_attachments--;
+	mutex_unlock(&gs.lock);
+}
+
+static void gs_dmabuf_unmap_sg(struct device *dev, struct sg_table *sgt, unsigned int n)
+{
+	struct scatterlist *sg;
+	unsigned int i;
+
+	for_each_sg(sgt->sgl, sg, n, i)
+		dma_unmap_resource(dev, sg_dma_address(sg), sg_dma_len(sg), DMA_BIDIRECTIONAL,
+				   DMA_ATTR_SKIP_CPU_SYNC);
+}
+
+/* One scatterlist entry per (part of a) GPU page, DMA-mapped for the importer's device. */
+static struct sg_table *gs_dmabuf_map(struct dma_buf_attachment *at, enum dma_data_direction dir)
+{
+	struct gs_dmabuf *d = at->dmabuf->priv;
+	struct scatterlist *sg;
+	struct sg_table *sgt;
+	unsigned int i;
+	u64 off = 0, len;
+	int ret;
+
+	sgt = kzalloc(sizeof(*sgt), GFP_KERNEL);
+	if (!sgt)
+		return ERR_PTR(-ENOMEM);
+	ret = sg_alloc_table(sgt, d->npages, GFP_KERNEL);
+	if (ret) {
+		kfree(sgt);
+		return ERR_PTR(ret);
+	}
+	for_each_sg(sgt->sgl, sg, d->npages, i) {
+		phys_addr_t phys = gs_dmabuf_phys(d, off, &len);
+		dma_addr_t addr = dma_map_resource(at->dev, phys, len, DMA_BIDIRECTIONAL,
+						   DMA_ATTR_SKIP_CPU_SYNC);
+
+		if (dma_mapping_error(at->dev, addr)) {
+			gs_dmabuf_unmap_sg(at->dev, sgt, i);
+			sg_free_table(sgt);
+			kfree(sgt);
+			return ERR_PTR(-EIO);
+		}
+		sg_dma_address(sg) = addr;
+		sg_dma_len(sg) = len;
+		off += len;
+	}
+	gs_dbg(1, "dma-buf va 0x%llx mapped for %s: %u entries\n", d->va, dev_name(at->dev),
+	       d->npages);
+	return sgt;
+}
+
+static void gs_dmabuf_unmap(struct dma_buf_attachment *at, struct sg_table *sgt,
+			    enum dma_data_direction dir)
+{
+	gs_dmabuf_unmap_sg(at->dev, sgt, sgt->orig_nents);
+	sg_free_table(sgt);
+	kfree(sgt);
+}
+
+/* The last reference went: only now are the exported BAR pages released. */
+static void gs_dmabuf_release(struct dma_buf *buf)
+{
+	struct gs_dmabuf *d = buf->priv;
+	u32 i;
+
+	mutex_lock(&gs.lock);
+	for (i = 0; i < d->npages; i++)
+		gs_put_page_locked(d->bar_pages[i]);
+	gs.dmabuf_pages -= d->npages;
+	gs.active_dmabufs--;
+	mutex_unlock(&gs.lock);
+	gs_dbg(1, "dma-buf va 0x%llx size 0x%llx released\n", d->va, d->size);
+	kvfree(d->bar_pages);
+	kfree(d);
+}
+
+static int gs_dmabuf_mmap(struct dma_buf *buf, struct vm_area_struct *vma)
+{
+	struct gs_dmabuf *d = buf->priv;
+	u64 off = (u64)vma->vm_pgoff << PAGE_SHIFT;
+	u64 len = vma->vm_end - vma->vm_start;
+	unsigned long addr = vma->vm_start;
+	u64 chunk;
+	int ret;
+
+	if (!d->can_mmap)
+		return -ENOTSUPP;   /* what driver 580 answers on a discrete GPU */
+	/* dma_buf_mmap_internal() checked the range already; this is the exporter's own guard. */
+	if (off > d->size || len > d->size - off || !(vma->vm_flags & VM_MAYSHARE))
+		return -EINVAL;
+	gs_vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP);
+	vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
+	/* The pages are ours until release, which cannot run while this VMA holds the file. */
+	for (; len; len -= chunk, off += chunk, addr += chunk) {
+		phys_addr_t phys = gs_dmabuf_phys(d, off, &chunk);
+
+		chunk = min(chunk, len);
+		ret = io_remap_pfn_range(vma, addr, phys >> PAGE_SHIFT, chunk, vma->vm_page_prot);
+		if (ret)
+			return ret;
+	}
+	gs_dbg(1, "dma-buf va 0x%llx mmap offset 0x%llx len 0x%lx\n", d->va,
+	       (u64)vma->vm_pgoff << PAGE_SHIFT, vma->vm_end - vma->vm_start);
+	return 0;
+}
+
+static const struct dma_buf_ops gs_dmabuf_ops = {
+	.attach = gs_dmabuf_attach,
+	.detach = gs_dmabuf_detach,
+	.map_dma_buf = gs_dmabuf_map,
+	.unmap_dma_buf = gs_dmabuf_unmap,
+	.release = gs_dmabuf_release,
+	.mmap = gs_dmabuf_mmap,
+};
+
+/* Builds the dma-buf of [va, va + size) of @sp; returns it with one reference (its file). */
+static struct dma_buf *gs_dmabuf_export(struct gs_space *sp, u64 va, u64 size, u32 flags)
+{
+	DEFINE_DMA_BUF_EXPORT_INFO(info);
+	struct gs_dmabuf *d;
+	struct dma_buf *buf;
+	struct gs_alloc *a;
+	u64 first, i;
+
+	if (flags & ~(u32)GPUSIM_EXPORT_FORCE_PCIE || size == 0 || (va & ~PAGE_MASK) ||
+	    (size & ~PAGE_MASK) || va + size < va)
+		return ERR_PTR(-EINVAL);
+	if (flags & GPUSIM_EXPORT_FORCE_PCIE)
+		return ERR_PTR(-EOPNOTSUPP);   /* a Grace-only mapping type */
+	if (size > gs.bar_size)
+		return ERR_PTR(-EINVAL);
+
+	d = kzalloc(sizeof(*d), GFP_KERNEL);
+	if (!d)
+		return ERR_PTR(-ENOMEM);
+	d->va = va;
+	d->size = size;
+	d->skip = va & GS_PAGE_MASK;
+	d->npages = ((va + size - 1) >> GS_PAGE_SHIFT) - (va >> GS_PAGE_SHIFT) + 1;
+	d->can_mmap = READ_ONCE(dmabuf_mmap);
+	d->bar_pages = kvmalloc_array(d->npages, sizeof(u32), GFP_KERNEL);
+	if (!d->bar_pages) {
+		kfree(d);
+		return ERR_PTR(-ENOMEM);
+	}
+
+	mutex_lock(&gs.lock);
+	a = gs_alloc_find_locked(sp, va, size);
+	if (!a) {
+		mutex_unlock(&gs.lock);
+		gs_dbg(1, "dma-buf export: pid %d va 0x%llx size 0x%llx: not inside one allocation\n",
+		       task_tgid_nr(current), va, size);
+		kvfree(d->bar_pages);
+		kfree(d);
+		return ERR_PTR(-EINVAL);
+	}
+	first = (va - a->va) >> GS_PAGE_SHIFT;
+	for (i = 0; i < d->npages; i++) {
+		d->bar_pages[i] = a->pages[first + i];
+		gs.page_ref[d->bar_pages[i]]++;
+	}
+	gs.dmabuf_pages += d->npages;
+	gs.active_dmabufs++;
+	gs.total_dmabufs++;
+	mutex_unlock(&gs.lock);
+
+	info.exp_name = "nv_dmabuf";            /* NVIDIA's exporter name */
+	info.ops = &gs_dmabuf_ops;
+	info.size = size;
+	info.flags = O_RDWR | O_CLOEXEC;        /* NVIDIA's file flags */
+	info.priv = d;
+	buf = dma_buf_export(&info);
+	if (IS_ERR(buf)) {
+		/* Not exported: release would never run, so drop what it would drop. */
+		mutex_lock(&gs.lock);
+		for (i = 0; i < d->npages; i++)
+			gs_put_page_locked(d->bar_pages[i]);
+		gs.dmabuf_pages -= d->npages;
+		gs.active_dmabufs--;
+		mutex_unlock(&gs.lock);
+		kvfree(d->bar_pages);
+		kfree(d);
+		return buf;
+	}
+	gs_dbg(1, "dma-buf export: pid %d va 0x%llx size 0x%llx, %u GPU pages, mmap %s\n",
+	       task_tgid_nr(current), va, size, d->npages, d->can_mmap ? "allowed" : "refused");
+	return buf;
+}
+
+static int gs_ioc_export_dmabuf(struct gs_space *sp, struct gpusim_export_dmabuf __user *up)
+{
+	struct gpusim_export_dmabuf arg;
+	struct dma_buf *buf;
+	int fd;
+
+	if (copy_from_user(&arg, up, sizeof(arg)))
+		return -EFAULT;
+	buf = gs_dmabuf_export(sp, arg.gpu_va, arg.size, arg.flags);
+	if (IS_ERR(buf))
+		return PTR_ERR(buf);
+	/* Reserve the descriptor, report it, and only then make it live: no half-done export. */
+	fd = get_unused_fd_flags(O_CLOEXEC);
+	if (fd < 0) {
+		dma_buf_put(buf);
+		return fd;
+	}
+	if (put_user(fd, &up->fd)) {
+		put_unused_fd(fd);
+		dma_buf_put(buf);
+		return -EFAULT;
+	}
+	fd_install(fd, buf->file);   /* the file's reference is the dma-buf's */
+	return 0;
+}
+
 /* ------------------------------------------------------------------------ /dev/gpusim --- */
 
 static int gs_open(struct inode *inode, struct file *file)
@@ -492,6 +774,8 @@ static long gs_ioctl(struct file *file, unsigned int cmd, unsigned long uarg)
 			return -EFAULT;
 		return 0;
 	}
+	case GPUSIM_IOC_EXPORT_DMABUF:
+		return gs_ioc_export_dmabuf(sp, up);
 	default:
 		return -ENOTTY;
 	}
@@ -846,6 +1130,8 @@ static int gs_stats_show(struct seq_file *m, void *unused)
 		   gs.bar_phys, gs.bar_size, gs.npages, gs.free_pages);
 	seq_printf(m, "active_pins: %llu\ntotal_pins: %llu\ncallbacks_run: %llu\n",
 		   gs.active_pins, gs.total_pins, gs.callbacks_run);
+	seq_printf(m, "active_dmabufs: %llu\ndmabuf_pages: %llu\ndmabuf_attachments: %llu\ntotal_dmabufs: %llu\n",
+		   gs.active_dmabufs, gs.dmabuf_pages, gs.dmabuf_attachments, gs.total_dmabufs);
 	list_for_each_entry(sp, &gs.spaces, node) {
 		seq_printf(m, "space pid %d files %u\n", pid_nr(sp->tgid), sp->files);
 		list_for_each_entry(a, &sp->allocs, node)
@@ -889,6 +1175,9 @@ static int gs_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		ret = -ENOMEM;
 		goto release;
 	}
+	/* A GPU addresses 64-bit DMA; the device is also the importer of its own dma-bufs in tests. */
+	if (dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(64)))
+		dev_warn(&pdev->dev, "no 64-bit DMA mask\n");
 	/* One memtype (WC) for every CPU mapping of the BAR, whoever creates it. */
 	gs.wc_reserved = arch_io_reserve_memtype_wc(start, size) == 0;
 	if (!gs.wc_reserved)
@@ -1000,5 +1289,6 @@ module_init(gs_init);
 module_exit(gs_exit);
 
 MODULE_LICENSE("Dual MIT/GPL");
+GS_MODULE_IMPORT_DMA_BUF_NS;
 MODULE_DESCRIPTION("Simulated NVIDIA GPU (nvidia_p2p_* over an ivshmem BAR) for tests");
 MODULE_VERSION("1.0");

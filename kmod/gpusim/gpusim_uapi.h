@@ -66,10 +66,31 @@ struct gpusim_query {
 	__u64 size;       /* out: allocation size (64 KiB multiple) */
 };
 
+/*
+ * Export [gpu_va, gpu_va + size) of one allocation of the caller's address space as a dma-buf, the
+ * way NVIDIA's open driver does for cuMemGetHandleForAddressRange(CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD):
+ * one dma-buf per export, exporter name "nv_dmabuf", file flags O_RDWR | O_CLOEXEC, the range
+ * resolved to BAR (PCIe) physical pages. gpu_va and size must be multiples of the host page size.
+ * The dma-buf holds its own reference on the memory: freeing the allocation (or closing
+ * /dev/gpusim) does not free the BAR pages of an exported range until the dma-buf's last
+ * reference (fd, mmap, importer attachment) goes.
+ */
+struct gpusim_export_dmabuf {
+	__u64 gpu_va;  /* in: host-page aligned */
+	__u64 size;    /* in: bytes, host-page multiple, > 0 */
+	__u32 flags;   /* in: 0 or GPUSIM_EXPORT_FORCE_PCIE */
+	__s32 fd;      /* out: the dma-buf file descriptor (O_CLOEXEC) */
+};
+
+/* CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE: only coherent (Grace) platforms support it; this
+ * simulated discrete GPU refuses it with EOPNOTSUPP, as the real driver does on x86. */
+#define GPUSIM_EXPORT_FORCE_PCIE 0x1
+
 #define GPUSIM_IOC_ALLOC _IOWR(GPUSIM_IOC_MAGIC, 1, struct gpusim_alloc)
 #define GPUSIM_IOC_FREE  _IOW(GPUSIM_IOC_MAGIC, 2, struct gpusim_free)
 #define GPUSIM_IOC_INFO  _IOR(GPUSIM_IOC_MAGIC, 3, struct gpusim_info)
 #define GPUSIM_IOC_QUERY _IOWR(GPUSIM_IOC_MAGIC, 4, struct gpusim_query)
+#define GPUSIM_IOC_EXPORT_DMABUF _IOWR(GPUSIM_IOC_MAGIC, 5, struct gpusim_export_dmabuf)
 
 /*
  * Errors: EINVAL bad argument or unknown address; ENOMEM BAR exhausted or VA space exhausted;
@@ -78,6 +99,10 @@ struct gpusim_query {
  * space is its own). mmap: EINVAL unless MAP_SHARED and the range lies inside one allocation;
  * EACCES as above. Mappings are not inherited across fork (VM_DONTCOPY) and are write-combining;
  * after FREE, access to an old mapping raises SIGBUS.
+ * EXPORT_DMABUF: EINVAL unaligned or outside one allocation, bad flags; EOPNOTSUPP FORCE_PCIE;
+ * EMFILE no free descriptor. mmap() of the dma-buf: ENOTSUPP (524) while the module parameter
+ * dmabuf_mmap is 0 at export time (driver 580 on a discrete GPU); else a shared write-combining
+ * mapping of any page range of the buffer (EINVAL beyond its end or for MAP_PRIVATE).
  */
 
 #endif /* GPUSIM_UAPI_H */

@@ -43,6 +43,18 @@ step "gpusim_test"
 gcc -Wall -Wextra -Werror -O2 -g -pthread \
 	-I"$REPO/kmod/gpusim" -I"$REPO/kmod/gpusim/test" \
 	-o "$STAGE/bin/gpusim_test" "$REPO/tests/vm/gpusim/gpusim_test.c"
+step "dmabuf_test"
+gcc -Wall -Wextra -Werror -O2 -g -pthread \
+	-I"$REPO/kmod/gpusim" -I"$REPO/kmod/gpusim/test" \
+	-o "$STAGE/bin/dmabuf_test" "$REPO/tests/vm/gpusim/dmabuf_test.c"
+if [ -f /usr/include/infiniband/verbs.h ]; then
+	step "reg_dmabuf_mr"
+	gcc -std=gnu11 -Wall -Wextra -Werror -O2 -g -I"$REPO/kmod/gpusim" \
+		-o "$STAGE/bin/reg_dmabuf_mr" "$REPO/tests/vm/rdma/reg_dmabuf_mr.c" -libverbs
+else
+	step "reg_dmabuf_mr not built: no libibverbs-dev (55-rdma-dmabuf will fail and say so)"
+	rm -f "$STAGE/bin/reg_dmabuf_mr"
+fi
 
 # ---- other components: append steps below this line ---------------------------------------
 # Component hooks that stage their own test binaries (each documents what it produces).

@@ -138,7 +138,7 @@ if [ ${#FAILED[@]} -eq 0 ]; then
 fi
 
 # --- unload: must succeed, i.e. nothing may still hold the modules ------------------------
-for m in p2ptest gdrdrv; do
+for m in p2ptest dmabuf_import gdrdrv; do
 	if grep -q "^$m " /proc/modules; then
 		rmmod "$m" || fail "rmmod $m"
 	fi
