@@ -334,9 +334,12 @@ impl Driver {
         matches!(self.backend, Backend::Gpusim(_))
     }
 
-    /// dma-buf export works only over memfd-backed host memory.
+    /// Whether dma-buf export works (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED): always on gpusim,
+    /// which exports kernel dma-bufs as the real driver does on an H100 (whatever the driver
+    /// version: the 13.3 requirement is gdrcopy's, for mmap); in host memory mode only over
+    /// memfd-backed memory, i.e. with CUDASIM_DMABUF=1.
     pub fn dmabuf(&self) -> bool {
-        self.cfg.dmabuf && !self.is_gpusim()
+        self.is_gpusim() || self.cfg.dmabuf
     }
 
     pub fn check_device(&self, dev: CUdevice) -> R<()> {
@@ -832,7 +835,7 @@ impl Driver {
     /// cuMemGetHandleForAddressRange (dma-buf fd).
     pub fn dmabuf_fd(&self, ptr: u64, size: u64, handle_type: u32, flags: u64) -> R<i32> {
         if !self.dmabuf() {
-            crate::log!("dma-buf export needs CUDASIM_DMABUF=1 and host memory mode");
+            crate::log!("dma-buf export needs gpusim, or CUDASIM_DMABUF=1 in host memory mode");
             return Err(err::NOT_SUPPORTED);
         }
         if handle_type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
@@ -843,6 +846,9 @@ impl Driver {
         let ps = sys::page_size();
         if size == 0 || ptr % ps != 0 || size % ps != 0 {
             return Err(err::INVALID_VALUE);
+        }
+        if let Backend::Gpusim(g) = &self.backend {
+            return self.gpusim_dmabuf_fd(g, ptr, size, flags);
         }
         let t = self.tables();
         let r = t.find(ptr).ok_or(err::INVALID_VALUE)?;
@@ -863,6 +869,31 @@ impl Driver {
         fd.dup_raw().map_err(|e| {
             crate::log!("dup of the allocation's memfd failed: {e}");
             err::OPERATING_SYSTEM
+        })
+    }
+
+    /// On gpusim the kernel exports a real dma-buf of the BAR pages (kmod/gpusim), as NVIDIA's
+    /// driver does; like it on a discrete x86 GPU, the PCIe mapping-type flag is refused.
+    fn gpusim_dmabuf_fd(&self, g: &Gpusim, ptr: u64, size: u64, flags: u64) -> R<i32> {
+        if flags & CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE != 0 {
+            crate::log!("dma-buf export: the PCIe mapping type needs a coherent (Grace) platform");
+            return Err(err::NOT_SUPPORTED);
+        }
+        match self.tables().find(ptr) {
+            Some(r) if matches!(r.kind, Kind::Device | Kind::Vmm) => {}
+            _ => {
+                crate::log!("dma-buf export of {ptr:#x}: not device memory");
+                return Err(err::INVALID_VALUE);
+            }
+        }
+        g.export_dmabuf(ptr, size).map_err(|e| {
+            crate::log!("gpusim dma-buf export of {ptr:#x}+{size:#x} failed: {e}");
+            match e.raw_os_error() {
+                Some(sys::EINVAL) => err::INVALID_VALUE,
+                Some(sys::ENOMEM) | Some(sys::EMFILE) => err::OUT_OF_MEMORY,
+                Some(sys::ENOTTY) => err::NOT_SUPPORTED, // a gpusim.ko without dma-buf export
+                _ => err::OPERATING_SYSTEM,
+            }
         })
     }
 

@@ -34,6 +34,16 @@ pub struct Info {
     pub active_pins: u64,
 }
 
+/// `struct gpusim_export_dmabuf`
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+struct ExportDmabuf {
+    gpu_va: u64,
+    size: u64,
+    flags: u32,
+    fd: i32,
+}
+
 const fn ioc(dir: u64, nr: u64, size: usize) -> c_ulong {
     ((dir << 30) | ((size as u64) << 16) | (0xE7 << 8) | nr) as c_ulong
 }
@@ -42,6 +52,7 @@ const IOC_R: u64 = 2;
 const IOC_ALLOC: c_ulong = ioc(IOC_W | IOC_R, 1, std::mem::size_of::<Alloc>());
 const IOC_FREE: c_ulong = ioc(IOC_W, 2, std::mem::size_of::<Free>());
 const IOC_INFO: c_ulong = ioc(IOC_R, 3, std::mem::size_of::<Info>());
+const IOC_EXPORT_DMABUF: c_ulong = ioc(IOC_W | IOC_R, 5, std::mem::size_of::<ExportDmabuf>());
 
 /// An open `/dev/gpusim`.
 #[derive(Debug)]
@@ -97,6 +108,15 @@ impl Gpusim {
         Ok(())
     }
 
+    /// Exports `[va, va+len)` (host-page aligned, inside one allocation) as a dma-buf: the kernel
+    /// object NVIDIA's driver hands out for cuMemGetHandleForAddressRange. Returns a new fd.
+    pub fn export_dmabuf(&self, va: u64, len: u64) -> io::Result<i32> {
+        let mut e = ExportDmabuf { gpu_va: va, size: len, flags: 0, fd: -1 };
+        // SAFETY: `e` is a live gpusim_export_dmabuf, the size encoded in IOC_EXPORT_DMABUF.
+        unsafe { sys::ioctl_ptr(self.fd.0, IOC_EXPORT_DMABUF, &mut e) }?;
+        Ok(e.fd)
+    }
+
     pub fn free(&self, va: u64) -> io::Result<()> {
         let mut f = Free { gpu_va: va };
         // SAFETY: `f` is a live gpusim_free, the size encoded in IOC_FREE.
@@ -116,5 +136,8 @@ mod tests {
         assert_eq!(IOC_FREE, 0x4008_E702);
         assert_eq!(std::mem::size_of::<Info>(), 48);
         assert_eq!(IOC_INFO, 0x8030_E703);
+        // _IOWR(0xE7, 5, 24 bytes)
+        assert_eq!(std::mem::size_of::<ExportDmabuf>(), 24);
+        assert_eq!(IOC_EXPORT_DMABUF, 0xC018_E705);
     }
 }

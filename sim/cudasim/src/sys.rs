@@ -23,6 +23,9 @@ const MFD_CLOEXEC: c_uint = 1;
 const F_DUPFD_CLOEXEC: c_int = 1030;
 pub const ENOMEM: i32 = 12;
 pub const EEXIST: i32 = 17;
+pub const EINVAL: i32 = 22;
+pub const EMFILE: i32 = 24;
+pub const ENOTTY: i32 = 25;
 
 unsafe extern "C" {
     fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64) -> *mut c_void;

@@ -4,6 +4,7 @@
 //! primary context of device 0 current (and never drops it to refcount 0).
 
 use crate::capi::*;
+use crate::sys;
 use crate::types::*;
 use std::ffi::{CStr, c_void};
 use std::ptr::null_mut;
@@ -889,8 +890,9 @@ fn unsupported_entry_points_say_so() {
     let mut fd = -1;
     // SAFETY: valid out-pointer; p is a live allocation.
     unsafe {
-        // Without CUDASIM_DMABUF=1 (the dlopen test covers the enabled case).
-        if std::env::var("CUDASIM_DMABUF").is_err() {
+        // Without CUDASIM_DMABUF=1 in host mode (the dlopen test covers the enabled case; on
+        // gpusim the export works: gpusim_exports_kernel_dma_bufs).
+        if std::env::var("CUDASIM_DMABUF").is_err() && !gpusim_mode() {
             assert_eq!(
                 cuMemGetHandleForAddressRange(&mut fd as *mut i32 as *mut c_void, p, 0x10000, 1, 0),
                 err::NOT_SUPPORTED
@@ -898,6 +900,52 @@ fn unsupported_entry_points_say_so() {
         }
         ok(cuMemFree_v2(p));
     }
+}
+
+/// On gpusim, cuMemGetHandleForAddressRange hands out the kernel's dma-buf of the BAR pages: the
+/// device reports dma-buf support, any host-page-aligned sub-range of an allocation exports, the
+/// PCIe mapping type is refused as on an x86 H100, and the dma-buf keeps the memory after
+/// cuMemFree (kmod/gpusim). Needs gpusim's dmabuf_mmap=1 (its default).
+#[test]
+fn gpusim_exports_kernel_dma_bufs() {
+    if !gpusim_mode() {
+        println!("SKIP gpusim_exports_kernel_dma_bufs: host memory mode (runs in the VM, 15-cudasim)");
+        return;
+    }
+    setup();
+    let export = |p: CUdeviceptr, len: usize, flags: u64| {
+        let mut fd = -1i32;
+        // SAFETY: for DMA_BUF_FD the handle is an int.
+        let r = unsafe { cuMemGetHandleForAddressRange(&mut fd as *mut i32 as *mut c_void, p, len, 1, flags) };
+        (r, fd)
+    };
+    let mut v = 0;
+    // SAFETY: valid out-pointer.
+    ok(unsafe { cuDeviceGetAttribute(&mut v, attr::DMA_BUF_SUPPORTED, 0) });
+    assert_eq!(v, 1);
+    let size = 0x30000usize;
+    let p = alloc(size);
+    let data: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+    // SAFETY: p is a live allocation of `size` bytes.
+    ok(unsafe { cuMemcpyHtoD_v2(p, data.as_ptr().cast(), size) });
+    assert_eq!(export(p, size, 1).0, err::NOT_SUPPORTED, "PCIe mapping type on x86");
+    assert_eq!(export(p + 100, 4096, 0).0, err::INVALID_VALUE, "unaligned");
+    assert_eq!(export(p, size + 0x10000, 0).0, err::INVALID_VALUE, "past the allocation");
+    let (r, fd) = export(p + 0x1000, 0x20000, 0);
+    ok(r);
+    let fd = sys::Fd(fd);
+    // SAFETY: (mapping) a new shared mapping of the dma-buf, unmapped below.
+    let view = unsafe { sys::mmap_raw(0, 0x20000, sys::PROT_READ | sys::PROT_WRITE, sys::MAP_SHARED, fd.0, 0) }
+        .expect("mmap of the dma-buf (gpusim dmabuf_mmap=1)");
+    // SAFETY: the mapping is 0x20000 bytes and lives until the unmap below.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(view as *mut u8, 0x20000) };
+    assert_eq!(&bytes[..], &data[0x1000..0x21000], "the dma-buf maps the exported range");
+    // SAFETY: p came from cuMemAlloc.
+    ok(unsafe { cuMemFree_v2(p) });
+    // The real driver's dma-buf holds its own reference on the memory: still there.
+    assert_eq!(&bytes[..], &data[0x1000..0x21000], "memory kept by the dma-buf after cuMemFree");
+    // SAFETY: unmapping our own mapping; nothing refers to it any more.
+    unsafe { sys::unmap(view, 0x20000) }.unwrap();
 }
 
 /// Several threads allocate, queue work on their own streams, synchronise and free at once:

@@ -211,8 +211,9 @@ int main(int argc, char **argv)
 		uv_attr(&c, UVERBS_ATTR_REG_DMABUF_MR_OFFSET, sizeof(uint64_t), 0);
 		uv_attr(&c, UVERBS_ATTR_REG_DMABUF_MR_LENGTH, sizeof(uint64_t), LEN);
 		uv_attr(&c, UVERBS_ATTR_REG_DMABUF_MR_IOVA, sizeof(uint64_t), 0);
-		uv_attr(&c, UVERBS_ATTR_REG_DMABUF_MR_FD, 0, (uint64_t)(int64_t)ex.fd);
-		uv_attr(&c, UVERBS_ATTR_REG_DMABUF_MR_ACCESS_FLAGS, sizeof(uint64_t), access);
+		/* The fd and the access flags are inline 32-bit inputs, as rdma-core sends them. */
+		uv_attr(&c, UVERBS_ATTR_REG_DMABUF_MR_FD, sizeof(uint32_t), (uint32_t)ex.fd);
+		uv_attr(&c, UVERBS_ATTR_REG_DMABUF_MR_ACCESS_FLAGS, sizeof(uint32_t), access);
 		uv_attr(&c, UVERBS_ATTR_REG_DMABUF_MR_RESP_LKEY, sizeof(lkey), (uintptr_t)&lkey);
 		uv_attr(&c, UVERBS_ATTR_REG_DMABUF_MR_RESP_RKEY, sizeof(rkey), (uintptr_t)&rkey);
 		errno = 0;

@@ -15,6 +15,12 @@
 #      gdrcopy_sanity and copybw with GDRCOPY_USE_DMABUF_MMAP=1;
 #   4. cudasim as coherent platforms (CUDASIM_PLATFORM=coherent, Grace Hopper-like, and
 #      coherent-cc10, where FORCE_PCIE applies): gdrcopy_sanity, all cases but one (see there).
+#   5. the dma-buf mmap backend on kernel dma-bufs (cudasim on gpusim, which exports the BAR
+#      pages as NVIDIA's driver does; dmabuf_mmap=1 as a CUDA 13.3+ driver): gdrcopy_sanity, and
+#      copybw / copylat / apiperf with both allocators; gpusim must count the exports;
+#   6. the same with mmap refused (gpusim dmabuf_mmap=0, as driver 580 on a discrete GPU):
+#      gdr_map fails with the kernel's ENOTSUPP (524), reported by the library, and copybw
+#      exits with an error instead of crashing; nothing is left exported.
 # gdrdrv is left loaded with default parameters, even when a pass fails.
 # Any failed sanity case, data mismatch or unexpected exit status fails the suite, and so does a
 # sanity case waived in a pass whose pinned waiver list (WAIVERS_<label> below) does not name it:
@@ -96,7 +102,7 @@ run() {
 #    reports no FORCE_PCIE support in non-persistent mode; basic_with_tokens: persistent mode
 #    refuses P2P tokens; leakage_pin_pages_fork: needs the debug refcount (dbg_enabled=1, pass 2);
 #  dma-buf: one mapping type per pin, no gdrdrv per-process ownership to check, and cudasim
-#    exports only whole allocations (basic_unaligned_mapping).
+#    in host memory exports only whole allocations (basic_unaligned_mapping; on gpusim it runs).
 FORCEPCI="basic_v2_forcepci_cumemalloc basic_v2_forcepci_vmmalloc data_validation_mix_mappings_cumemalloc
 	data_validation_v2_forcepci_cumemalloc"
 WAIVERS_default_e="$FORCEPCI basic_with_tokens leakage_pin_pages_fork_cumemalloc"
@@ -112,6 +118,8 @@ WAIVERS_dmabuf="$FORCEPCI basic_with_tokens basic_unaligned_mapping
 	invalidation_unix_sock_shared_fd_gdr_map_cumemalloc invalidation_unix_sock_shared_fd_gdr_map_vmmalloc
 	invalidation_unix_sock_shared_fd_gdr_pin_buffer_cumemalloc
 	invalidation_unix_sock_shared_fd_gdr_pin_buffer_vmmalloc"
+# gpusim's kernel dma-bufs cover any page range, so basic_unaligned_mapping runs there.
+WAIVERS_gpusim_dmabuf=$(printf '%s\n' $WAIVERS_dmabuf | grep -vx basic_unaligned_mapping)
 
 # check_waivers <label> <sanity output>: the waived cases must be exactly the pinned ones.
 check_waivers() {
@@ -208,6 +216,48 @@ for mode in coherent coherent-cc10; do
 	SANITY_ENV="CUDASIM_PLATFORM=$mode" sanity "$mode" -e "${pass4_cases[@]}"
 done
 SANITY_ENV=
+# --- pass 5: dma-buf mmap backend on gpusim's kernel dma-bufs -------------------------------------
+MMAP_PARAM=/sys/module/gpusim/parameters/dmabuf_mmap
+step "pass 5: dma-buf mmap backend on gpusim dma-bufs (dmabuf_mmap=1)"
+GPU_DMABUF_ENV="CUDASIM_BACKEND=gpusim CUDASIM_DRIVER_VERSION=13030 GDRCOPY_USE_DMABUF_MMAP=1"
+if [ -w "$MMAP_PARAM" ]; then
+	t45=$SECONDS
+	echo 1 > "$MMAP_PARAM"
+	exported0=$(stat_of total_dmabufs)
+	SANITY_ENV=$GPU_DMABUF_ENV sanity gpusim-dmabuf
+	# shellcheck disable=SC2086
+	{
+		run 0 "copybw (gpusim dma-buf)" env $GPU_DMABUF_ENV "$BIN/gdrcopy_copybw" -s 262144 -w 20 -r 10
+		grep -q '^info.page_size: 4096$' "$WORK/out.txt" || bad "copybw (gpusim dma-buf): not on the dma-buf backend"
+		run 0 "copybw cuMemCreate (gpusim dma-buf)" env $GPU_DMABUF_ENV "$BIN/gdrcopy_copybw" -a cuMemCreate -s 131072 -w 10 -r 10
+		run 0 "copylat (gpusim dma-buf)" env $GPU_DMABUF_ENV "$BIN/gdrcopy_copylat" -s 65536 -w 50 -r 20
+		grep -q '^gdr_copy_from_mapping' "$WORK/out.txt" || bad "copylat (gpusim dma-buf) lacks the read table"
+		run 0 "apiperf (gpusim dma-buf)" env $GPU_DMABUF_ENV "$BIN/gdrcopy_apiperf" -s 131072 -n 5 -w 1
+		grep -q '^Histogram of gdr_pin_buffer latency for 131072 bytes' "$WORK/out.txt" || bad "apiperf (gpusim dma-buf) lacks the histogram"
+		run 0 "apiperf cuMemCreate (gpusim dma-buf)" env $GPU_DMABUF_ENV "$BIN/gdrcopy_apiperf" -a cuMemCreate -s 65536 -n 3 -w 1
+	}
+	n=$(( $(stat_of total_dmabufs) - exported0 ))
+	[ "$n" -gt 0 ] && echo "gdrcopy-tools: pass 5 used $n gpusim dma-bufs" || bad "pass 5 exported no gpusim dma-buf"
+	[ "$(stat_of active_dmabufs)" = 0 ] || bad "$(stat_of active_dmabufs) gpusim dma-bufs left after pass 5"
+
+	# --- pass 6: the same exports with mmap refused -------------------------------------------
+	step "pass 6: gpusim dma-bufs with mmap refused (dmabuf_mmap=0)"
+	echo 0 > "$MMAP_PARAM"
+	# shellcheck disable=SC2086
+	env $GPU_DMABUF_ENV GDRCOPY_ENABLE_LOGGING=1 timeout -k 5 120 "$BIN/gdrcopy_copybw" -s 65536 -w 1 -r 1 >"$WORK/out.txt" 2>&1
+	rc=$?
+	echo 1 > "$MMAP_PARAM"
+	cat "$WORK/out.txt"
+	if [ "$rc" = 0 ] || [ "$rc" -ge 124 ]; then
+		bad "copybw with mmap refused: exit $rc, expected a plain failure"
+	fi
+	grep -q 'ERR:  mmap of the dma-buf failed (errno=524)' "$WORK/out.txt" ||
+		bad "copybw with mmap refused: the library did not report the kernel's ENOTSUPP (524)"
+	[ "$(stat_of active_dmabufs)" = 0 ] || bad "$(stat_of active_dmabufs) gpusim dma-bufs left after pass 6"
+	echo "gdrcopy-tools: passes 5 and 6 took $((SECONDS - t45)) s"
+else
+	bad "$MMAP_PARAM missing: gpusim without dma-buf export"
+fi
 
 if [ -n "$PINS0" ]; then
 	[ "$(stat_of active_pins)" = "$PINS0" ] || bad "gpusim active_pins $(stat_of active_pins), was $PINS0 before the suite"
