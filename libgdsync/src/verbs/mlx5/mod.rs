@@ -190,6 +190,24 @@ struct SqState {
     wrids: HashMap<u16, u64>,
 }
 
+impl SqState {
+    /// Keeps the `wr_id` of the WQE at `idx` for its CQE; only a signaled WQE gets one (an
+    /// unsignaled one's entry would never be consumed). Returns whether it was kept.
+    fn remember(&mut self, idx: u16, wr_id: u64, signaled: bool) -> bool {
+        if signaled {
+            self.wrids.insert(idx, wr_id);
+        }
+        signaled
+    }
+
+    /// A send CQE naming `wqe_counter`: its `wr_id`, and the WQEs up to it retired.
+    fn complete(&mut self, wqe_counter: u16) -> Option<u64> {
+        let id = self.wrids.remove(&wqe_counter);
+        self.sq.complete(wqe_counter);
+        id
+    }
+}
+
 fn is_busy(busy: usize, e: u32) -> bool {
     // SAFETY: e < npeek inside the CQ's live area.
     unsafe { std::ptr::read_volatile((busy + 4 * e as usize) as *const u32) != 0 }
@@ -245,13 +263,11 @@ impl M5Cq {
                 }
                 break;
             }
-            if let Some(sq) = &self.sq {
-                let mut s = lock(sq);
-                if let Some(id) = s.wrids.remove(&wqe_counter) {
-                    // SAFETY: written by the poll above.
-                    unsafe { (*out.add(k)).wr_id = id };
-                }
-                s.sq.complete(wqe_counter);
+            if let Some(sq) = &self.sq
+                && let Some(id) = lock(sq).complete(wqe_counter)
+            {
+                // SAFETY: written by the poll above.
+                unsafe { (*out.add(k)).wr_id = id };
             }
             // A consumed entry must not satisfy a later-lap GEQ wait (libmlx5 does not rewrite it).
             m.write(at + 63, &[mlx5dv::MLX5_CQE_INVALID << 4]);
@@ -455,13 +471,11 @@ impl M5Qp {
             let idx = s.sq.cur_post as u16;
             let signaled = r.as_ref().is_ok_and(|w| w.signaled);
             match r.and_then(|w| s.sq.post(&m, &w)) {
-                // Only a signaled WQE produces a CQE whose wr_id we must supply; an unsignaled
-                // one's entry would never be consumed.
-                Ok(_) if signaled => {
-                    s.wrids.insert(idx, e.wr_id);
-                    added.push(idx);
+                Ok(_) => {
+                    if s.remember(idx, e.wr_id, signaled) {
+                        added.push(idx);
+                    }
                 }
-                Ok(_) => {}
                 Err(er) => {
                     fail = Some((er, p));
                     break;
@@ -922,6 +936,25 @@ mod tests {
         assert_eq!(std::mem::size_of::<DvQpInitAttr>(), 40);
         assert_eq!(std::mem::offset_of!(DvQpInitAttr, create_flags), 8);
         assert_eq!(MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE, 8);
+    }
+
+    #[test]
+    fn only_signaled_wqes_keep_a_wr_id() {
+        let (buf, db, bf) = (vec![0u8; 4 * 64], [0u32; 2], vec![0u8; 512]);
+        let sq = Sq::new(buf.as_ptr() as usize, 4, db.as_ptr() as usize, bf.as_ptr() as usize, 256, 7, 64).unwrap();
+        let mut s = SqState { sq, wrids: HashMap::new() };
+        // WQEs 0..4: unsignaled, unsignaled, signaled, unsignaled, signaled.
+        let kept: Vec<bool> = [false, false, true, false, true]
+            .iter()
+            .enumerate()
+            .map(|(i, &sig)| s.remember(i as u16, 100 + i as u64, sig))
+            .collect();
+        assert_eq!(kept, [false, false, true, false, true]);
+        assert_eq!(s.wrids.len(), 2, "no entries for unsignaled WQEs");
+        assert_eq!(s.complete(2), Some(102));
+        assert_eq!(s.complete(4), Some(104));
+        assert!(s.wrids.is_empty(), "nothing left behind once the signaled ones completed");
+        assert_eq!(s.complete(3), None, "an unsignaled index has no wr_id");
     }
 
     #[test]
