@@ -49,6 +49,39 @@ done
 step "dpkg writes go to overlays of /usr /etc /var in a private mount namespace (root: $(findmnt -no FSTYPE,OPTIONS / | cut -c1-40))"
 mkdir -p /var/lib/dkms /var/log
 
+# depmod (run by DKMS on install and on removal) reads every module of the kernel: ~3000 files
+# over 9p, about four minutes each time under TCG. In this namespace the kernel's module tree is
+# replaced by one holding only its build/source links and the builtin lists, so depmod indexes
+# just what DKMS installs. The guest kernel's loaded modules (gpusim) are not affected.
+MODS=/usr/lib/modules/$KVER
+mkdir -p "$T/modules"
+for f in build source modules.order modules.builtin modules.builtin.modinfo; do
+	[ -e "$MODS/$f" ] || [ -L "$MODS/$f" ] && cp -a "$MODS/$f" "$T/modules/"
+done
+mount --bind "$T/modules" "$MODS" || die "cannot replace the module tree"
+depmod -a "$KVER" || die "depmod on the reduced module tree"
+
+# udevd must see the packaged rule and helper, which exist only in this namespace: the guest's
+# udevd is stopped and one is started here; the guest's is restarted (in PID 1's namespace) at
+# the end.
+UDEVD=
+for u in /usr/lib/systemd/systemd-udevd /lib/systemd/systemd-udevd; do [ -x "$u" ] && { UDEVD=$u; break; }; done
+guest_udevd=no
+if udevadm control --ping >/dev/null 2>&1; then
+	guest_udevd=yes
+	udevadm control --exit || die "cannot stop the guest's udevd"
+fi
+if [ -n "$UDEVD" ]; then
+	"$UDEVD" --daemon || die "cannot start udevd in the package namespace"
+	for _ in $(seq 50); do udevadm control --ping >/dev/null 2>&1 && break; sleep 0.2; done
+fi
+stop_ns_udevd() {
+	udevadm control --exit 2>/dev/null
+	if [ "$guest_udevd" = yes ] && [ -n "$UDEVD" ]; then
+		nsenter -t 1 -m -- "$UDEVD" --daemon >/dev/null 2>&1 || echo "packages: could not restart the guest's udevd"
+	fi
+}
+
 # gpusim's counters: nothing may be left pinned or allocated.
 STATS=/sys/kernel/debug/gpusim/stats
 stat_of() { awk -v k="$1:" '$1 == k { print $2 }' "$STATS" 2>/dev/null; }
@@ -62,6 +95,7 @@ restore_tree_gdrdrv() {
 }
 finish() {
 	local rc=$?
+	stop_ns_udevd
 	restore_tree_gdrdrv || rc=1
 	exit "$rc"
 }
@@ -109,6 +143,24 @@ echo "/dev/gdrdrv: ${node:-missing}; registered major: ${major:-none}"
 want=$(printf 'character special file %x:0 666 root' "${major:-0}")
 [ -n "$major" ] && [ "$node" = "$want" ] || bad "/dev/gdrdrv is '${node:-missing}', expected '$want'"
 
+# The udev rule alone (no maintainer script involved): unloading removes the node, loading
+# makes it again with the new major's number and mode 0666.
+if [ "$udev_running" = yes ]; then
+	step "udev rule: rmmod / modprobe gdrdrv"
+	rmmod gdrdrv || bad "rmmod gdrdrv (packaged)"
+	udevadm settle -t 60
+	[ -e /dev/gdrdrv ] && bad "udev did not remove /dev/gdrdrv when gdrdrv was unloaded"
+	modprobe gdrdrv || bad "modprobe gdrdrv (the DKMS-built module)"
+	udevadm settle -t 60
+	major=$(awk '/^Block/ { exit } $2 == "gdrdrv" { print $1 }' /proc/devices)
+	node=$(stat -c '%F %t:%T %a' /dev/gdrdrv 2>/dev/null)
+	want=$(printf 'character special file %x:0 666' "${major:-0}")
+	[ "$node" = "$want" ] || bad "after modprobe, udev made /dev/gdrdrv '${node:-missing}', expected '$want'"
+	echo "udev: /dev/gdrdrv removed on unload, made again on load: $node"
+else
+	echo "SKIP udev rule check: no udevd in this guest (the postinst used gdrdrv-node itself)"
+fi
+
 # --- 3. use ----------------------------------------------------------------------------------
 # Only libcuda comes from the test tree (cudasim): libgdrapi.so.2 must be the packaged one.
 CUDADIR=$T/cuda
@@ -116,7 +168,9 @@ mkdir -p "$CUDADIR"
 ln -s "$(readlink -f "$STAGE_LIB/libcuda.so.1")" "$CUDADIR/libcuda.so.1"
 export LD_LIBRARY_PATH=$CUDADIR
 lib=$(ldd /usr/bin/gdrcopy_sanity | awk '$1 == "libgdrapi.so.2" { print $3 }')
-[ "$lib" = "/usr/lib/x86_64-linux-gnu/libgdrapi.so.2" ] || bad "gdrcopy_sanity loads libgdrapi.so.2 from '$lib', not the package"
+pkglib=/usr/lib/x86_64-linux-gnu/libgdrapi.so.2
+[ -n "$lib" ] && [ "$(readlink -f "$lib")" = "$(readlink -f "$pkglib")" ] && dpkg -S "$pkglib" | grep -q '^libgdrapi2:' ||
+	bad "gdrcopy_sanity loads libgdrapi.so.2 from '$lib', not from the libgdrapi2 package"
 
 step "packaged gdrcopy_sanity"
 out=$T/sanity.txt
