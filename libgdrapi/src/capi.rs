@@ -13,12 +13,13 @@ use gpudirect_common::{Errno, Result};
 use crate::abi::{GdrInfoV1, GdrInfoV2, GdrMh, MappingType, set_info_bits};
 use crate::backend::PinRequest;
 use crate::core::{self, Direction, Instance};
-use crate::registry;
+use crate::registry::{self, Handle, Tables};
 
 /// Opaque `gdr_t` as C sees it.
 pub type GdrT = *mut c_void;
 
 /// Runs `body`, mapping errors to their errno and panics to EIO (with a log line).
+#[inline(always)]
 fn boundary(name: &str, body: impl FnOnce() -> Result<()>) -> c_int {
     errno_call(|msg| gdr_err!("internal error in {name}: {msg}"), body)
 }
@@ -39,33 +40,50 @@ pub extern "C" fn gdr_open() -> GdrT {
     guard(
         std::ptr::null_mut(),
         |msg| gdr_err!("internal error in gdr_open: {msg}"),
-        || match Instance::open() {
-            Ok(instance) => registry::add_instance(instance) as GdrT,
+        || match Instance::open().and_then(|instance| registry::control().add_instance(instance)) {
+            Ok(g) => g as GdrT,
             Err(_) => std::ptr::null_mut(),
         },
     )
+}
+
+/// Unpins one handle: hides its mapping from copies (waiting for those under way), then unpins.
+/// The handle is forgotten even when the driver reports an error, as the core does with the pin.
+fn unpin_one(t: &mut Tables, instance_key: usize, h: Handle) -> Result<()> {
+    t.retract_mapping(&h);
+    let result = t.instance(instance_key)?.unpin(&h.pin);
+    t.remove_handle(h);
+    result
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn gdr_close(g: GdrT) -> c_int {
     boundary("gdr_close", || {
         let key = g as usize;
-        let instance = registry::instance(key)?;
-        let result = instance.unpin_all();
-        registry::forget_unpinned(key);
-        result?;
-        // Dropping the last reference closes the gdrdrv file (or releases CUDA).
-        registry::remove_instance(key);
+        let mut t = registry::control();
+        for h in t.handles_of(key)? {
+            unpin_one(&mut t, key, h)?;
+        }
+        // Dropping the instance closes the gdrdrv file (or releases CUDA).
+        drop(t.remove_instance(key)?);
         Ok(())
     })
 }
 
 fn pin(g: GdrT, req: PinRequest, handle: *mut GdrMh) -> Result<()> {
     let handle = out(handle, "handle")?;
-    let instance = registry::instance(g as usize)?;
-    let pin = instance.pin(&req)?;
-    handle.h = registry::add_handle(g as usize, pin) as c_ulong;
-    Ok(())
+    let mut t = registry::control();
+    let pin = t.instance(g as usize)?.pin(&req)?;
+    match t.add_handle(g as usize, pin.clone()) {
+        Ok(h) => {
+            handle.h = h as c_ulong;
+            Ok(())
+        }
+        Err(e) => {
+            let _ = t.instance(g as usize)?.unpin(&pin);
+            Err(e)
+        }
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -90,12 +108,9 @@ pub extern "C" fn gdr_pin_buffer_v2(g: GdrT, addr: c_ulong, size: usize, flags: 
 #[unsafe(no_mangle)]
 pub extern "C" fn gdr_unpin_buffer(g: GdrT, handle: GdrMh) -> c_int {
     boundary("gdr_unpin_buffer", || {
-        let key = g as usize;
-        let instance = registry::instance(key)?;
-        let pin = registry::handle_of(key, handle.h as usize)?;
-        let result = instance.unpin(&pin);
-        registry::forget_unpinned(key);
-        result
+        let mut t = registry::control();
+        let h = t.handle(g as usize, handle.h as usize)?;
+        unpin_one(&mut t, g as usize, h)
     })
 }
 
@@ -103,9 +118,9 @@ pub extern "C" fn gdr_unpin_buffer(g: GdrT, handle: GdrMh) -> c_int {
 pub extern "C" fn gdr_get_callback_flag(g: GdrT, handle: GdrMh, flag: *mut c_int) -> c_int {
     boundary("gdr_get_callback_flag", || {
         let flag = out(flag, "flag")?;
-        let instance = registry::instance(g as usize)?;
-        let pin = registry::handle_of(g as usize, handle.h as usize)?;
-        *flag = c_int::from(instance.callback_flag(&pin)?);
+        let t = registry::control();
+        let h = t.handle(g as usize, handle.h as usize)?;
+        *flag = c_int::from(t.instance(g as usize)?.callback_flag(&h.pin)?);
         Ok(())
     })
 }
@@ -114,9 +129,9 @@ pub extern "C" fn gdr_get_callback_flag(g: GdrT, handle: GdrMh, flag: *mut c_int
 pub extern "C" fn gdr_get_info_v2(g: GdrT, handle: GdrMh, info: *mut GdrInfoV2) -> c_int {
     boundary("gdr_get_info_v2", || {
         let info = out(info, "info")?;
-        let instance = registry::instance(g as usize)?;
-        let pin = registry::handle_of(g as usize, handle.h as usize)?;
-        let f = instance.info(&pin)?;
+        let t = registry::control();
+        let h = t.handle(g as usize, handle.h as usize)?;
+        let f = t.instance(g as usize)?.info(&h.pin)?;
         info.va = f.va;
         info.mapped_size = f.mapped_size;
         info.page_size = f.page_size;
@@ -137,9 +152,9 @@ pub extern "C" fn gdr_get_info_v2(g: GdrT, handle: GdrMh, info: *mut GdrInfoV2) 
 pub extern "C" fn gdr_get_info(g: GdrT, handle: GdrMh, info: *mut GdrInfoV1) -> c_int {
     boundary("gdr_get_info", || {
         let info = out(info, "info")?;
-        let instance = registry::instance(g as usize)?;
-        let pin = registry::handle_of(g as usize, handle.h as usize)?;
-        instance.info_v1(&pin, info)
+        let t = registry::control();
+        let h = t.handle(g as usize, handle.h as usize)?;
+        t.instance(g as usize)?.info_v1(&h.pin, info)
     })
 }
 
@@ -147,11 +162,11 @@ pub extern "C" fn gdr_get_info(g: GdrT, handle: GdrMh, info: *mut GdrInfoV1) -> 
 pub extern "C" fn gdr_map_v2(g: GdrT, handle: GdrMh, ptr_va: *mut *mut c_void, size: usize, flags: c_int) -> c_int {
     boundary("gdr_map_v2", || {
         let va = out(ptr_va, "va")?;
-        let instance = registry::instance(g as usize)?;
-        let pin = registry::handle_of(g as usize, handle.h as usize)?;
-        let m = instance.map(&pin, size, flags)?;
-        if let Some((_, t)) = pin.mapping() {
-            registry::note_mapping_type(handle.h as usize, t);
+        let t = registry::control();
+        let h = t.handle(g as usize, handle.h as usize)?;
+        let m = t.instance(g as usize)?.map(&h.pin, size, flags)?;
+        if let Some((m, ty)) = h.pin.mapping() {
+            t.publish_mapping(&h, m, ty);
         }
         *va = m.addr as *mut c_void;
         Ok(())
@@ -166,25 +181,40 @@ pub extern "C" fn gdr_map(g: GdrT, handle: GdrMh, va: *mut *mut c_void, size: us
 #[unsafe(no_mangle)]
 pub extern "C" fn gdr_unmap(g: GdrT, handle: GdrMh, va: *mut c_void, size: usize) -> c_int {
     boundary("gdr_unmap", || {
-        let instance = registry::instance(g as usize)?;
-        let pin = registry::handle_of(g as usize, handle.h as usize)?;
-        instance.unmap(&pin, va as usize, size)?;
-        registry::note_mapping_type(handle.h as usize, MappingType::None);
-        Ok(())
+        let t = registry::control();
+        let h = t.handle(g as usize, handle.h as usize)?;
+        let instance = t.instance(g as usize)?;
+        // Copies under way finish before the range goes; a refused unmap (wrong va or size) puts
+        // the mapping back for them.
+        let published = t.retract_mapping(&h);
+        let result = instance.unmap(&h.pin, va as usize, size);
+        if let (Err(_), Some((m, ty))) = (&result, published) {
+            t.publish_mapping(&h, m, ty);
+        }
+        result
     })
 }
 
+/// `gdr_copy_to_mapping` / `gdr_copy_from_mapping`: the hot path. No lock, no shared write; see
+/// [`registry::mapping_of`].
+#[inline(always)]
 fn copy(name: &str, handle: GdrMh, dir: Direction, mapped: *const c_void, host: *const c_void, size: usize) -> c_int {
     boundary(name, || {
-        let pin = registry::pin_of(handle.h as usize)?;
+        let (_announced, m, t) = registry::mapping_of(handle.h as usize)?;
         if size != 0 && host.is_null() {
-            gdr_err!("host pointer is NULL");
-            return Err(Errno::EINVAL);
+            return Err(null_host());
         }
-        // SAFETY: the C contract: `host` is valid for `size` bytes in the copy's direction and does
-        // not overlap the mapping. The device range is checked against the mapping by the core.
-        unsafe { core::copy(&pin, dir, mapped as usize, host as usize, size) }
+        // SAFETY: `m` stays mapped while `_announced` lives (unmapping waits for it); the C
+        // contract: `host` is valid for `size` bytes in the copy's direction and does not overlap
+        // the mapping. The device range is checked against the mapping.
+        unsafe { core::copy_within(m, t, dir, mapped as usize, host as usize, size) }
     })
+}
+
+#[cold]
+fn null_host() -> Errno {
+    gdr_err!("host pointer is NULL");
+    Errno::EINVAL
 }
 
 #[unsafe(no_mangle)]
@@ -229,7 +259,7 @@ pub extern "C" fn gdr_driver_get_version(g: GdrT, major: *mut c_int, minor: *mut
     boundary("gdr_driver_get_version", || {
         let major = out(major, "major")?;
         let minor = out(minor, "minor")?;
-        let (ma, mi) = registry::instance(g as usize)?.driver_version()?;
+        let (ma, mi) = registry::control().instance(g as usize)?.driver_version()?;
         *major = ma;
         *minor = mi;
         Ok(())
@@ -241,7 +271,7 @@ pub extern "C" fn gdr_get_attribute(g: GdrT, attr: c_int, v: *mut c_int) -> c_in
     boundary("gdr_get_attribute", || {
         let v = out(v, "v")?;
         *v = 0;
-        *v = registry::instance(g as usize)?.attribute(attr)?;
+        *v = registry::control().instance(g as usize)?.attribute(attr)?;
         Ok(())
     })
 }

@@ -5,7 +5,7 @@
 //! touch the mapping, so an unmap or unpin in another thread waits for in-flight copies instead of
 //! pulling the mapping out from under them.
 
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use gpudirect_common::{Errno, Result};
@@ -16,15 +16,15 @@ use crate::copy::{self, MappingKind};
 use crate::cpu_mapping::{self, CpuMapping, HostPage};
 
 /// Process-wide count of live CPU mappings per type: with more than one type in use, copies end
-/// with a full fence instead of a store fence (spec §4.5).
-static LIVE_MAPPINGS: [AtomicIsize; 4] = [const { AtomicIsize::new(0) }; 4];
+/// with a full fence instead of a store fence (spec §4.5). The counts change only on map and
+/// unmap; copies read the one derived flag, [`MIXED_TYPES`].
+static LIVE_MAPPINGS: Mutex<[usize; 4]> = Mutex::new([0; 4]);
+static MIXED_TYPES: AtomicBool = AtomicBool::new(false);
 
 fn count_mapping(t: MappingType, delta: isize) {
-    LIVE_MAPPINGS[t as usize].fetch_add(delta, Ordering::Relaxed);
-}
-
-fn mapping_types_in_use() -> usize {
-    LIVE_MAPPINGS.iter().skip(1).filter(|c| c.load(Ordering::Relaxed) > 0).count()
+    let mut counts = LIVE_MAPPINGS.lock().unwrap_or_else(|p| p.into_inner());
+    counts[t as usize] = counts[t as usize].saturating_add_signed(delta);
+    MIXED_TYPES.store(counts.iter().skip(1).filter(|&&c| c > 0).count() > 1, Ordering::Relaxed);
 }
 
 /// A library instance (`gdr_t`).
@@ -105,28 +105,52 @@ pub unsafe fn copy(pin: &Pin, dir: Direction, mapped: usize, host: usize, len: u
         gdr_err!("mh is not mapped");
         return Err(Errno::EINVAL);
     };
+    // SAFETY: `m` cannot be unmapped while we hold the read lock; the host range is the caller's.
+    unsafe { copy_within(m, t, dir, mapped, host, len) }
+}
+
+/// The copy itself, once the caller has made sure mapping `m` stays mapped for the call: the range
+/// check, the engines for the mapping type, and the one fence per call.
+///
+/// # Safety
+/// `m` is a live mapping of type `t` that is not unmapped before this returns; `host` is valid for
+/// `len` bytes in the copy's direction and does not overlap the mapping.
+#[inline(always)]
+pub(crate) unsafe fn copy_within(
+    m: CpuMapping,
+    t: MappingType,
+    dir: Direction,
+    mapped: usize,
+    host: usize,
+    len: usize,
+) -> Result<()> {
     if len == 0 {
         return Ok(());
     }
     if !m.contains(mapped, len) {
-        gdr_err!("copy of {len} bytes at {mapped:#x} goes outside the mapping [{:#x}, +{:#x})", m.addr, m.len);
-        return Err(Errno::EINVAL);
+        return Err(outside(m, mapped, len));
     }
     let kind = kind_of(t);
-    // SAFETY: the device range lies inside a live mapping that cannot be unmapped while we hold the
-    // read lock; the host range is the caller's promise.
+    // SAFETY: the device range lies inside a live mapping (checked above, kept alive by the
+    // caller); the host range is the caller's promise.
     unsafe {
         match dir {
             Direction::ToMapping => copy::copy_to_mapping(kind, mapped as *mut u8, host as *const u8, len),
             Direction::FromMapping => copy::copy_from_mapping(kind, host as *mut u8, mapped as *const u8, len),
         }
     }
-    if mapping_types_in_use() > 1 {
+    if MIXED_TYPES.load(Ordering::Relaxed) {
         copy::full_fence();
     } else if t == MappingType::WriteCombined {
         copy::store_fence();
     }
     Ok(())
+}
+
+#[cold]
+fn outside(m: CpuMapping, mapped: usize, len: usize) -> Errno {
+    gdr_err!("copy of {len} bytes at {mapped:#x} goes outside the mapping [{:#x}, +{:#x})", m.addr, m.len);
+    Errno::EINVAL
 }
 
 impl Instance {

@@ -17,8 +17,10 @@ pub mod capi;
 pub mod copy;
 pub mod core;
 pub mod cpu_mapping;
+mod grace;
 mod registry;
 pub mod safe;
+mod slab;
 
 pub use abi::MappingType;
 pub use gpudirect_common::{Errno, Result};

@@ -1,22 +1,35 @@
 //! The C side's view of instances and handles.
 //!
 //! Upstream hands out raw pointers and dereferences whatever comes back, so a stale or foreign
-//! `gdr_t`/`gdr_mh_t` is undefined behaviour there. We keep every live one in a table and look it
-//! up instead: an unknown value is EINVAL, never a dereference.
+//! `gdr_t`/`gdr_mh_t` is undefined behaviour there. Here every value C holds is the address of a
+//! slot in one of two reserved regions ([`crate::slab`]): a value that is not a live slot is EINVAL,
+//! never a dereference of freed memory. Freed slots are quarantined before reuse, for instances as
+//! for handles, so a stale value does not alias a new one for a long while.
 //!
-//! The memory behind the pointers still has upstream's layout where upstream's own test programs
-//! read it (spec §1.8): `struct gdr` with the gdrdrv fd at offset 0 (48 bytes), and the handle
-//! record with the kernel handle at offset 24 (104 bytes). Freed handle records are quarantined
-//! before their memory is reused, so a stale handle rarely aliases a new one.
+//! The slots keep upstream's layout where upstream's own test programs read it (spec §1.8): the
+//! `gdr_t` slot starts with `struct gdr` (fd at offset 0, 48 bytes) and the handle slot with the
+//! handle record (kernel handle at offset 24, 104 bytes).
+//!
+//! Two paths:
+//! - the control path (open, close, pin, unpin, map, unmap, queries) runs under one mutex,
+//!   [`control`]: these calls make system calls anyway, and one lock makes their interleavings
+//!   simple to reason about;
+//! - the copy path ([`mapping_of`]) takes no lock: it validates the handle's address, announces
+//!   itself ([`crate::grace`]), and reads the mapping mirrored in the handle's slot. The control
+//!   path retracts that mirror and waits for announced copies before anything is unmapped.
 
-use std::collections::{HashMap, VecDeque};
+use std::cell::UnsafeCell;
 use std::ffi::c_int;
-use std::sync::{Arc, LazyLock, Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::MappingType;
 use crate::core::{Instance, Pin};
+use crate::cpu_mapping::CpuMapping;
+use crate::grace::{self, Announced};
+use crate::slab::{Allocator, Region, Slot};
 
 /// The first 48 bytes of upstream's `struct gdr`.
 #[repr(C)]
@@ -42,117 +55,252 @@ pub struct HandleRecord {
     pub words: [u64; 10],
 }
 
-struct InstanceEntry {
-    _header: Box<GdrHeader>,
-    instance: Arc<Instance>,
+/// A `gdr_t` points here.
+#[repr(C, align(64))]
+struct InstanceSlot {
+    header: UnsafeCell<GdrHeader>,
+    /// Non-zero while the instance is open.
+    open: AtomicU64,
 }
 
-struct HandleEntry {
-    record: Box<HandleRecord>,
-    pin: Arc<Pin>,
-    owner: usize,
+/// A `gdr_mh_t.h` points here: the record C may read, then the mirror the copy path reads.
+#[repr(C, align(64))]
+struct HandleSlot {
+    record: UnsafeCell<HandleRecord>,
+    /// [`PINNED`], [`MAPPED`] and the mapping type (bits [`TYPE_SHIFT`]..).
+    state: AtomicU64,
+    map_addr: AtomicUsize,
+    map_len: AtomicUsize,
 }
 
-const QUARANTINE_LEN: usize = 4096;
+// SAFETY: all-zero bytes are valid for both (plain integers and atomics); the UnsafeCells are
+// written only under the control mutex; alignment 64 divides 4096.
+unsafe impl Slot for InstanceSlot {}
+// SAFETY: as above.
+unsafe impl Slot for HandleSlot {}
+// SAFETY: the UnsafeCell contents are written only under the control mutex and read by C (upstream
+// tests) after the call that wrote them returned.
+unsafe impl Sync for InstanceSlot {}
+// SAFETY: as above.
+unsafe impl Sync for HandleSlot {}
 
-static INSTANCES: LazyLock<Mutex<HashMap<usize, InstanceEntry>>> = LazyLock::new(Default::default);
-static HANDLES: LazyLock<RwLock<HashMap<usize, HandleEntry>>> = LazyLock::new(Default::default);
-static QUARANTINE: Mutex<VecDeque<Box<HandleRecord>>> = Mutex::new(VecDeque::new());
+const PINNED: u64 = 1;
+const MAPPED: u64 = 2;
+const TYPE_SHIFT: u32 = 2;
 
-fn instances() -> std::sync::MutexGuard<'static, HashMap<usize, InstanceEntry>> {
-    INSTANCES.lock().unwrap_or_else(|p| p.into_inner())
+/// Room for 64 Ki open instances and 1 Mi pinned handles; only what is used is ever touched.
+static INSTANCES: Region<InstanceSlot> = Region::new(1 << 16);
+static HANDLES: Region<HandleSlot> = Region::new(1 << 20);
+
+const _: () = assert!(size_of::<InstanceSlot>() == 64 && size_of::<HandleSlot>() == 128);
+
+/// Everything behind the control mutex.
+pub(crate) struct Tables {
+    instance_slots: Allocator,
+    handle_slots: Allocator,
+    /// By instance slot index.
+    instances: Vec<Option<Instance>>,
+    /// By handle slot index: the pin and its instance's slot index.
+    handles: Vec<Option<(Arc<Pin>, usize)>>,
 }
 
-/// Registers a new instance; returns the `gdr_t` value.
-pub fn add_instance(instance: Instance) -> usize {
-    let page = instance.page();
-    let header = Box::new(GdrHeader {
-        fd: instance.raw_fd(),
-        list_head: 0,
-        page_size: page.size,
-        page_mask: page.mask(),
-        page_shift: page.shift,
-        gdrdrv_version: instance.recorded_driver_version(),
-        backend: u32::from(instance.uses_dma_buf()),
-    });
-    let key = &*header as *const GdrHeader as usize;
-    instances().insert(key, InstanceEntry { _header: header, instance: Arc::new(instance) });
-    key
+static CONTROL: Mutex<Tables> = Mutex::new(Tables {
+    instance_slots: Allocator::new(),
+    handle_slots: Allocator::new(),
+    instances: Vec::new(),
+    handles: Vec::new(),
+});
+
+/// The control path's lock.
+pub(crate) fn control() -> MutexGuard<'static, Tables> {
+    CONTROL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The instance behind a `gdr_t`.
-pub fn instance(g: usize) -> Result<Arc<Instance>> {
-    instances().get(&g).map(|e| e.instance.clone()).ok_or_else(|| {
-        gdr_err!("invalid gdr_t {g:#x} (not open, or already closed)");
-        Errno::EINVAL
-    })
-}
-
-/// Unregisters an instance whose pins are all gone; returns it for the final drop.
-pub fn remove_instance(g: usize) -> Option<Arc<Instance>> {
-    instances().remove(&g).map(|e| e.instance)
-}
-
-/// Registers a pin of instance `owner`; returns the `gdr_mh_t.h` value.
-pub fn add_handle(owner: usize, pin: Arc<Pin>) -> usize {
-    // Always a fresh allocation: freed records wait in the quarantine, so the allocator cannot
-    // hand a recently unpinned handle's address out again soon.
-    let mut record = Box::<HandleRecord>::default();
-    if let Some(h) = pin.kernel_handle() {
-        // Upstream keeps the kernel handle as a uint32_t at offset 24.
-        record.words[0] = u64::from(h as u32);
+fn put<T>(v: &mut Vec<Option<T>>, i: usize, x: T) {
+    if v.len() <= i {
+        v.resize_with(i + 1, || None);
     }
-    let key = &*record as *const HandleRecord as usize;
-    HANDLES.write().unwrap_or_else(|p| p.into_inner()).insert(key, HandleEntry { record, pin, owner });
-    key
+    v[i] = Some(x);
 }
 
-/// The pin behind a handle, checking that it belongs to `g`.
-pub fn handle_of(g: usize, h: usize) -> Result<Arc<Pin>> {
-    let handles = HANDLES.read().unwrap_or_else(|p| p.into_inner());
-    match handles.get(&h) {
-        Some(e) if e.owner == g => Ok(e.pin.clone()),
-        Some(_) => {
-            gdr_err!("handle {h:#x} belongs to another gdr_t");
-            Err(Errno::EINVAL)
+/// A validated `gdr_mh_t`: its slot index and pin.
+pub(crate) struct Handle {
+    index: usize,
+    pub(crate) pin: Arc<Pin>,
+}
+
+impl Tables {
+    /// Registers a new instance; returns the `gdr_t` value.
+    pub(crate) fn add_instance(&mut self, instance: Instance) -> Result<usize> {
+        grace::init();
+        let i = self.instance_slots.alloc(&INSTANCES)?;
+        let page = instance.page();
+        let slot = INSTANCES.get(i);
+        // SAFETY: we hold the control mutex, the only writer; the slot is not live, so no C code
+        // holds its address.
+        unsafe {
+            *slot.header.get() = GdrHeader {
+                fd: instance.raw_fd(),
+                list_head: 0,
+                page_size: page.size,
+                page_mask: page.mask(),
+                page_shift: page.shift,
+                gdrdrv_version: instance.recorded_driver_version(),
+                backend: u32::from(instance.uses_dma_buf()),
+            };
         }
-        None => {
-            gdr_err!("invalid handle {h:#x} (not pinned, or already unpinned)");
-            Err(Errno::EINVAL)
-        }
+        slot.open.store(1, Ordering::Release);
+        put(&mut self.instances, i, instance);
+        Ok(INSTANCES.addr_of(i))
     }
-}
 
-/// The pin behind a handle, whatever its instance (the copy functions take no `gdr_t`).
-pub fn pin_of(h: usize) -> Result<Arc<Pin>> {
-    let handles = HANDLES.read().unwrap_or_else(|p| p.into_inner());
-    handles.get(&h).map(|e| e.pin.clone()).ok_or_else(|| {
-        gdr_err!("invalid handle {h:#x} (not pinned, or already unpinned)");
-        Errno::EINVAL
-    })
-}
-
-/// Mirrors the mapping type into the record, where upstream keeps it.
-pub fn note_mapping_type(h: usize, t: MappingType) {
-    if let Some(e) = HANDLES.write().unwrap_or_else(|p| p.into_inner()).get_mut(&h) {
-        e.record.mapping_type = t as u32;
-    }
-}
-
-/// Drops the handles of `g` whose pins are unpinned. The pin's own flag decides, not a snapshot
-/// of the instance's list, so a pin made by another thread meanwhile is never taken for dead.
-pub fn forget_unpinned(g: usize) {
-    let mut handles = HANDLES.write().unwrap_or_else(|p| p.into_inner());
-    let dead: Vec<usize> =
-        handles.iter().filter(|(_, e)| e.owner == g && e.pin.is_unpinned()).map(|(k, _)| *k).collect();
-    let mut q = QUARANTINE.lock().unwrap_or_else(|p| p.into_inner());
-    for k in dead {
-        if let Some(e) = handles.remove(&k) {
-            q.push_back(e.record);
-            if q.len() > QUARANTINE_LEN {
-                q.pop_front();
+    fn instance_index(&self, g: usize) -> Result<usize> {
+        match INSTANCES.index_of(g) {
+            Some(i) if self.instances.get(i).is_some_and(Option::is_some) => Ok(i),
+            _ => {
+                gdr_err!("invalid gdr_t {g:#x} (not open, or already closed)");
+                Err(Errno::EINVAL)
             }
         }
+    }
+
+    /// The instance behind a `gdr_t`.
+    pub(crate) fn instance(&self, g: usize) -> Result<&Instance> {
+        let i = self.instance_index(g)?;
+        Ok(self.instances[i].as_ref().expect("checked"))
+    }
+
+    /// Unregisters an instance whose handles are all gone; returns it for the final drop.
+    pub(crate) fn remove_instance(&mut self, g: usize) -> Result<Instance> {
+        let i = self.instance_index(g)?;
+        INSTANCES.get(i).open.store(0, Ordering::Release);
+        self.instance_slots.free(i);
+        Ok(self.instances[i].take().expect("checked"))
+    }
+
+    /// Registers a pin of instance `g`; returns the `gdr_mh_t.h` value.
+    pub(crate) fn add_handle(&mut self, g: usize, pin: Arc<Pin>) -> Result<usize> {
+        let owner = self.instance_index(g)?;
+        let i = self.handle_slots.alloc(&HANDLES)?;
+        let slot = HANDLES.get(i);
+        let mut record = HandleRecord::default();
+        if let Some(h) = pin.kernel_handle() {
+            // Upstream keeps the kernel handle as a uint32_t at offset 24.
+            record.words[0] = u64::from(h as u32);
+        }
+        // SAFETY: control mutex held; the slot is not live.
+        unsafe { *slot.record.get() = record };
+        slot.map_addr.store(0, Ordering::Relaxed);
+        slot.map_len.store(0, Ordering::Relaxed);
+        slot.state.store(PINNED, Ordering::Release);
+        put(&mut self.handles, i, (pin, owner));
+        Ok(HANDLES.addr_of(i))
+    }
+
+    /// The pin behind handle `h`, checking that it belongs to `g`.
+    pub(crate) fn handle(&self, g: usize, h: usize) -> Result<Handle> {
+        let owner = self.instance_index(g)?;
+        let entry = HANDLES.index_of(h).and_then(|i| Some((i, self.handles.get(i)?.as_ref()?)));
+        match entry {
+            Some((index, (pin, o))) if *o == owner => Ok(Handle { index, pin: pin.clone() }),
+            Some(_) => {
+                gdr_err!("handle {h:#x} belongs to another gdr_t");
+                Err(Errno::EINVAL)
+            }
+            None => {
+                gdr_err!("invalid handle {h:#x} (not pinned, or already unpinned)");
+                Err(Errno::EINVAL)
+            }
+        }
+    }
+
+    /// The live handles of instance `g`, most recent first.
+    pub(crate) fn handles_of(&self, g: usize) -> Result<Vec<Handle>> {
+        let owner = self.instance_index(g)?;
+        let inst = self.instances[owner].as_ref().expect("checked");
+        let mut v: Vec<Handle> = self
+            .handles
+            .iter()
+            .enumerate()
+            .filter_map(|(index, e)| match e {
+                Some((pin, o)) if *o == owner => Some(Handle { index, pin: pin.clone() }),
+                _ => None,
+            })
+            .collect();
+        let order = inst.live_pins();
+        v.sort_by_key(|h| std::cmp::Reverse(order.iter().position(|p| Arc::ptr_eq(p, &h.pin))));
+        Ok(v)
+    }
+
+    /// Shows a new mapping of `h` to the copy path (and in the record, where upstream keeps it).
+    pub(crate) fn publish_mapping(&self, h: &Handle, m: CpuMapping, t: MappingType) {
+        let slot = HANDLES.get(h.index);
+        slot.map_addr.store(m.addr, Ordering::Relaxed);
+        slot.map_len.store(m.len, Ordering::Relaxed);
+        // SAFETY: control mutex held.
+        unsafe { (*slot.record.get()).mapping_type = t as u32 };
+        slot.state.store(PINNED | MAPPED | (t as u64) << TYPE_SHIFT, Ordering::Release);
+    }
+
+    /// Hides `h`'s mapping from the copy path and waits until no copy still uses it. Afterwards
+    /// the mapping may be unmapped. Returns what was published, to restore it if unmapping fails.
+    pub(crate) fn retract_mapping(&self, h: &Handle) -> Option<(CpuMapping, MappingType)> {
+        let slot = HANDLES.get(h.index);
+        let old = slot.state.swap(PINNED, Ordering::AcqRel);
+        if old & MAPPED == 0 {
+            return None;
+        }
+        grace::synchronize(HANDLES.addr_of(h.index));
+        // SAFETY: control mutex held.
+        unsafe { (*slot.record.get()).mapping_type = MappingType::None as u32 };
+        let m = CpuMapping { addr: slot.map_addr.load(Ordering::Relaxed), len: slot.map_len.load(Ordering::Relaxed) };
+        Some((m, type_of(old)))
+    }
+
+    /// Forgets an unpinned handle. Its mapping must have been retracted.
+    pub(crate) fn remove_handle(&mut self, h: Handle) {
+        let slot = HANDLES.get(h.index);
+        debug_assert_eq!(slot.state.load(Ordering::Relaxed) & MAPPED, 0);
+        slot.state.store(0, Ordering::Release);
+        self.handles[h.index] = None;
+        self.handle_slots.free(h.index);
+    }
+}
+
+fn type_of(state: u64) -> MappingType {
+    MappingType::from_raw((state >> TYPE_SHIFT) as u32 & 3).unwrap_or(MappingType::None)
+}
+
+/// The copy path: the live mapping of handle `h`, protected from being unmapped until the
+/// returned announcement is dropped. No lock, no read-modify-write, no allocation after the
+/// thread's first copy.
+#[inline(always)]
+pub(crate) fn mapping_of(h: usize) -> Result<(Announced, CpuMapping, MappingType)> {
+    let Some(i) = HANDLES.index_of(h) else { return Err(invalid_handle(h)) };
+    let slot = HANDLES.get(i);
+    let announced = grace::announce(h);
+    let state = slot.state.load(Ordering::Acquire);
+    if state & MAPPED == 0 {
+        drop(announced);
+        return Err(not_mapped(h, state));
+    }
+    let m = CpuMapping { addr: slot.map_addr.load(Ordering::Relaxed), len: slot.map_len.load(Ordering::Relaxed) };
+    Ok((announced, m, type_of(state)))
+}
+
+#[cold]
+fn invalid_handle(h: usize) -> Errno {
+    gdr_err!("invalid handle {h:#x} (not pinned, or already unpinned)");
+    Errno::EINVAL
+}
+
+#[cold]
+fn not_mapped(h: usize, state: u64) -> Errno {
+    if state & PINNED == 0 {
+        invalid_handle(h)
+    } else {
+        gdr_err!("mh is not mapped");
+        Errno::EINVAL
     }
 }
 
@@ -174,12 +322,16 @@ mod tests {
         assert_eq!(size_of::<HandleRecord>(), 104);
         assert_eq!(offset_of!(HandleRecord, mapping_type), 16);
         assert_eq!(offset_of!(HandleRecord, words), 24);
+        assert_eq!(offset_of!(InstanceSlot, header), 0);
+        assert_eq!(offset_of!(HandleSlot, record), 0);
     }
 
     #[test]
     fn unknown_values_are_rejected() {
-        assert_eq!(instance(0x1234).unwrap_err(), Errno::EINVAL);
-        assert_eq!(pin_of(0x5678).unwrap_err(), Errno::EINVAL);
-        assert_eq!(handle_of(1, 0x5678).unwrap_err(), Errno::EINVAL);
+        let t = control();
+        assert_eq!(t.instance(0x1234).err(), Some(Errno::EINVAL));
+        assert_eq!(t.handle(1, 0x5678).err().map(|e| e.0), Some(libc::EINVAL));
+        drop(t);
+        assert_eq!(mapping_of(0x5678).err().map(|e| e.0), Some(libc::EINVAL));
     }
 }

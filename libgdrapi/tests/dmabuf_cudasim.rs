@@ -5,6 +5,8 @@
 //! The dynamic loader reads `LD_LIBRARY_PATH` only at start-up, so the test re-executes itself
 //! with a directory holding `libcuda.so.1` → cudasim first on the path.
 
+mod common;
+
 use std::ffi::{c_int, c_uint, c_void};
 use std::path::PathBuf;
 use std::process::Command;
@@ -237,4 +239,25 @@ fn dma_buf_many_threads_one_instance() {
     for p in bufs {
         cuda.free(p);
     }
+}
+
+impl common::race::Gpu for Cuda {
+    fn alloc(&self, len: usize) -> u64 {
+        let p = Cuda::alloc(self, len);
+        self.write(p, &vec![common::race::GPU_BYTE; len]);
+        p
+    }
+    fn free(&self, va: u64) {
+        Cuda::free(self, va);
+    }
+}
+
+/// The copy/unmap race of `common/race.rs` on the dma-buf backend (no free callbacks there).
+#[test]
+fn dma_buf_copy_unmap_race() {
+    if std::env::var_os(CHILD).is_none() {
+        return run_in_child("dma_buf_copy_unmap_race");
+    }
+    let cuda = Cuda::init();
+    common::race::copy_unmap_race(&cuda, 3, std::time::Duration::from_secs(3), false);
 }

@@ -16,6 +16,8 @@ use std::path::Path;
 pub use gdrapi::abi::{GdrInfoV2, GdrMh};
 pub use gdrapi::capi::{self, GdrT};
 
+pub mod race;
+
 pub const GPU_PAGE: usize = 1 << 16;
 
 /// Set to 1 where the devices must be present (the VM, the GPU machine): a skip is a failure.
@@ -137,7 +139,18 @@ impl GpuSim {
         GpuMem { sim: self, va: a.gpu_va, len, view: view.cast(), freed: false }
     }
 
-    fn free_va(&self, va: u64) -> Result<(), i32> {
+    /// Allocates `size` bytes filled with `byte` and returns only the device address (for threads:
+    /// [`GpuMem`] is tied to this thread's view mapping).
+    pub fn alloc_filled(&self, size: usize, byte: u8) -> u64 {
+        let mut m = self.alloc(size);
+        m.fill(byte);
+        // SAFETY: our own view mapping, unmapped once; the allocation itself stays.
+        unsafe { libc::munmap(m.view.cast(), m.len) };
+        m.freed = true;
+        m.va
+    }
+
+    pub fn free_va(&self, va: u64) -> Result<(), i32> {
         self.ioctl(GPUSIM_IOC_FREE, &mut GpusimFree { gpu_va: va })
     }
 }

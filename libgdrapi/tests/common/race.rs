@@ -1,0 +1,257 @@
+//! The copy/unmap race (issue 10): copies in several threads while other threads unmap, unpin,
+//! re-pin and close, and (where the backend has them) GPU frees fire invalidation callbacks.
+//!
+//! What must hold: every copy returns 0 or EINVAL, none faults, and none touches a virtual range
+//! after `gdr_unmap` returned. The last is checked with canaries: right after an unmap the
+//! control thread maps anonymous memory at the very address that was unmapped
+//! (`MAP_FIXED_NOREPLACE`, which also proves the range really was free) and fills it with
+//! [`CANARY`]. A late store would change a canary; a late load would bring a canary byte back,
+//! which copies into the GPU never write ([`STORE_BYTE`]) and the GPU memory never holds
+//! ([`GPU_BYTE`]).
+//!
+//! Copiers read the shared table without any lock, so they use stale and mixed (handle, address)
+//! pairs all the time, exactly what the library must survive.
+
+use std::ffi::c_void;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{GdrMh, GdrT, Rng, capi};
+
+pub const CANARY: u8 = 0xCC;
+pub const STORE_BYTE: u8 = 0xA5;
+pub const GPU_BYTE: u8 = 0x5A;
+const BUF: usize = 256 << 10;
+const ENTRIES: usize = 6;
+
+/// GPU memory for the test: the backend under test provides it.
+pub trait Gpu: Sync {
+    /// Allocates `len` bytes filled with [`GPU_BYTE`]; returns the device address.
+    fn alloc(&self, len: usize) -> u64;
+    /// Frees an allocation (while it may still be pinned: that fires the free callback).
+    fn free(&self, va: u64);
+}
+
+/// Sets the stop flag when a thread ends, also by a panic, so one failed assertion ends the run
+/// instead of leaving the other threads looping.
+struct StopOnExit<'a>(&'a AtomicBool);
+
+impl Drop for StopOnExit<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// One published buffer: copiers read these three words without synchronisation.
+#[derive(Default)]
+struct Entry {
+    h: AtomicU64,
+    va: AtomicUsize,
+    len: AtomicUsize,
+}
+
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub copies_ok: u64,
+    pub copies_einval: u64,
+    pub unmaps: u64,
+    pub closes: u64,
+    pub invalidations: u64,
+}
+
+struct Canary {
+    addr: usize,
+    len: usize,
+}
+
+fn map_canary(addr: usize, len: usize) -> Canary {
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping: it fails instead, which is
+    // what the test asserts (the range must be free right after gdr_unmap).
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED, "the range {addr:#x}+{len:#x} is still mapped after gdr_unmap returned");
+    assert_eq!(p as usize, addr, "kernel without MAP_FIXED_NOREPLACE placed the canary elsewhere");
+    // SAFETY: our fresh private mapping of len bytes.
+    unsafe { std::ptr::write_bytes(p.cast::<u8>(), CANARY, len) };
+    Canary { addr, len }
+}
+
+fn check_and_drop_canary(c: Canary) {
+    // SAFETY: our own mapping from map_canary, still mapped.
+    let bytes = unsafe { std::slice::from_raw_parts(c.addr as *const u8, c.len) };
+    let bad = bytes.iter().position(|&b| b != CANARY);
+    assert!(bad.is_none(), "a copy wrote into {:#x} after it was unmapped (byte {:?})", c.addr, bad);
+    // SAFETY: unmapping our own canary mapping.
+    unsafe { libc::munmap(c.addr as *mut c_void, c.len) };
+}
+
+fn open() -> GdrT {
+    let g = capi::gdr_open();
+    assert!(!g.is_null(), "gdr_open");
+    g
+}
+
+/// Pins and maps `va`; publishes the handle into `e`.
+fn publish(g: GdrT, va: u64, e: &Entry) {
+    let mut mh = GdrMh { h: 0 };
+    assert_eq!(capi::gdr_pin_buffer(g, va as _, BUF, 0, 0, &mut mh), 0, "pin");
+    let mut p = std::ptr::null_mut();
+    assert_eq!(capi::gdr_map(g, mh, &mut p, BUF), 0, "map");
+    e.va.store(p as usize, Ordering::Relaxed);
+    e.len.store(BUF, Ordering::Relaxed);
+    e.h.store(mh.h, Ordering::Release);
+}
+
+/// Runs the race for `duration` with `copiers` copy threads. `free_callbacks`: the backend fires
+/// invalidation callbacks on free (gdrdrv in non-persistent mode); a third thread then frees
+/// pinned-and-mapped buffers that no copier uses, and checks the callback flag.
+pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_callbacks: bool) -> Stats {
+    let table: Vec<Entry> = (0..ENTRIES).map(|_| Entry::default()).collect();
+    let gpu_bufs: Vec<u64> = (0..ENTRIES).map(|_| gpu.alloc(BUF)).collect();
+    let g = AtomicUsize::new(open() as usize);
+    for (e, &va) in table.iter().zip(&gpu_bufs) {
+        publish(g.load(Ordering::Relaxed) as GdrT, va, e);
+    }
+    let stop = AtomicBool::new(false);
+    let (ok, einval) = (AtomicU64::new(0), AtomicU64::new(0));
+    let stats = Mutex::new(Stats::default());
+    let deadline = Instant::now() + duration;
+
+    std::thread::scope(|s| {
+        for t in 0..copiers {
+            let (table, stop, ok, einval) = (&table, &stop, &ok, &einval);
+            s.spawn(move || {
+                let _stop = StopOnExit(stop);
+                let mut rng = Rng::new(0x9e37_79b9 ^ t as u64);
+                let src = vec![STORE_BYTE; BUF];
+                let mut dst = vec![0u8; BUF];
+                while !stop.load(Ordering::Relaxed) {
+                    let e = &table[rng.below(ENTRIES)];
+                    let h = GdrMh { h: e.h.load(Ordering::Acquire) };
+                    let (va, len) = (e.va.load(Ordering::Relaxed), e.len.load(Ordering::Relaxed).max(1));
+                    let off = rng.below(len);
+                    let n = 1 + rng.below((len - off).min(8192));
+                    let dev = (va + off) as *mut c_void;
+                    let rc = if rng.next() & 1 == 0 {
+                        capi::gdr_copy_to_mapping(h, dev, src.as_ptr().cast(), n)
+                    } else {
+                        dst[..n].fill(0);
+                        let rc = capi::gdr_copy_from_mapping(h, dst.as_mut_ptr().cast(), dev, n);
+                        if rc == 0 {
+                            assert!(
+                                !dst[..n].contains(&CANARY),
+                                "a copy read from {dev:p} after it was unmapped (canary byte came back)"
+                            );
+                        }
+                        rc
+                    };
+                    match rc {
+                        0 => ok.fetch_add(1, Ordering::Relaxed),
+                        libc::EINVAL => einval.fetch_add(1, Ordering::Relaxed),
+                        other => panic!("copy returned {other}, expected 0 or EINVAL"),
+                    };
+                }
+            });
+        }
+
+        // Control: unmap (canary at the freed range), unpin, re-pin, re-map; sometimes close all.
+        {
+            let (table, stop, stats, g, gpu_bufs) = (&table, &stop, &stats, &g, &gpu_bufs);
+            s.spawn(move || {
+                let _stop = StopOnExit(stop);
+                let mut rng = Rng::new(77);
+                let mut canaries: Vec<Canary> = Vec::new();
+                while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
+                    let gg = g.load(Ordering::Relaxed) as GdrT;
+                    if rng.below(16) == 0 {
+                        // Close with everything pinned and mapped: close must retract every
+                        // mapping before anything is unmapped.
+                        assert_eq!(capi::gdr_close(gg), 0, "close");
+                        // The dma-buf backend unmaps on close; gdrdrv leaves the (zapped) VMAs to
+                        // the application, as upstream.
+                        let ng = open();
+                        for (i, e) in table.iter().enumerate() {
+                            publish(ng, gpu_bufs[i], e);
+                        }
+                        g.store(ng as usize, Ordering::Relaxed);
+                        stats.lock().unwrap().closes += 1;
+                        continue;
+                    }
+                    let i = rng.below(ENTRIES);
+                    let e = &table[i];
+                    let mh = GdrMh { h: e.h.load(Ordering::Relaxed) };
+                    let (va, len) = (e.va.load(Ordering::Relaxed), e.len.load(Ordering::Relaxed));
+                    assert_eq!(capi::gdr_unmap(gg, mh, va as *mut c_void, len), 0, "unmap");
+                    canaries.push(map_canary(va, len));
+                    assert_eq!(capi::gdr_unpin_buffer(gg, mh), 0, "unpin");
+                    publish(gg, gpu_bufs[i], e);
+                    stats.lock().unwrap().unmaps += 1;
+                    if canaries.len() > 8 {
+                        check_and_drop_canary(canaries.remove(0));
+                    }
+                }
+                stop.store(true, Ordering::Relaxed);
+                // Copiers stop within one copy; then every canary must still be intact.
+                std::thread::sleep(Duration::from_millis(20));
+                for c in canaries {
+                    check_and_drop_canary(c);
+                }
+            });
+        }
+
+        // Free callbacks on buffers no copier touches.
+        if free_callbacks {
+            let (stop, stats, g) = (&stop, &stats, &g);
+            s.spawn(move || {
+                let _stop = StopOnExit(stop);
+                while !stop.load(Ordering::Relaxed) {
+                    let va = gpu.alloc(BUF);
+                    let gg = g.load(Ordering::Relaxed) as GdrT;
+                    let mut mh = GdrMh { h: 0 };
+                    // The instance may be closed under us by the control thread: then EINVAL.
+                    if capi::gdr_pin_buffer(gg, va as _, BUF, 0, 0, &mut mh) != 0 {
+                        gpu.free(va);
+                        continue;
+                    }
+                    let mut p = std::ptr::null_mut();
+                    let mapped = capi::gdr_map(gg, mh, &mut p, BUF) == 0;
+                    gpu.free(va);
+                    let mut flag = -1;
+                    if capi::gdr_get_callback_flag(gg, mh, &mut flag) == 0 {
+                        assert_eq!(flag, 1, "the free callback did not mark the handle");
+                        stats.lock().unwrap().invalidations += 1;
+                    }
+                    if mapped {
+                        let _ = capi::gdr_unmap(gg, mh, p, BUF);
+                    }
+                    let _ = capi::gdr_unpin_buffer(gg, mh);
+                }
+            });
+        }
+    });
+
+    assert_eq!(capi::gdr_close(g.load(Ordering::Relaxed) as GdrT), 0);
+    for va in gpu_bufs {
+        gpu.free(va);
+    }
+    let mut st = stats.into_inner().unwrap();
+    st.copies_ok = ok.load(Ordering::Relaxed);
+    st.copies_einval = einval.load(Ordering::Relaxed);
+    println!("copy/unmap race: {st:?}");
+    assert!(st.copies_ok > 0, "no copy succeeded: the race was not exercised");
+    assert!(st.copies_einval > 0, "no copy met a retracted mapping: the race was not exercised");
+    assert!(st.unmaps > 0 && st.closes > 0, "the control thread did not unmap and close");
+    if free_callbacks {
+        assert!(st.invalidations > 0, "no free callback was observed");
+    }
+    st
+}
