@@ -5,15 +5,21 @@
 //! - ordinary cacheable memory (always);
 //! - `cuMemHostAlloc(..., CU_MEMHOSTALLOC_WRITECOMBINED)` memory when `libcuda.so.1` loads and a
 //!   device is present (`--no-cuda` skips it);
-//! - a GPU BAR mapping made by another libgdrapi given with `--gdrapi PATH` (pin + map of
-//!   `cuMemAlloc` memory), where its `gdr_copy_to_mapping`/`gdr_copy_from_mapping` are timed on
-//!   the same buffers. That needs `/dev/gdrdrv` or a working dma-buf backend; without them the
-//!   comparison is reported as skipped.
+//! - a GPU BAR mapping of `cuMemAlloc` memory made by **our own** `libgdrapi.so` (loaded with
+//!   dlopen, as a C consumer would), where our public `gdr_copy_to_mapping`/`gdr_copy_from_mapping`
+//!   are timed through the exported C functions next to the dispatcher and the engines on the same
+//!   mapping; with `--gdrapi PATH` another libgdrapi (upstream's) pins and maps the same device
+//!   memory and its public calls are timed too. That needs `/dev/gdrdrv` or a working dma-buf
+//!   backend; without them the BAR tables are reported as skipped.
 //!
 //! Output: markdown tables, one per memory kind and direction; each cell is the median GB/s, the
-//! p10-p90 spread over the samples, and the ratio to `memcpy` measured in the same run.
+//! p10-p90 spread over the samples, and the ratio to `memcpy` measured in the same run. After each
+//! BAR table, one summary line per size: nanoseconds per call of our public call, the dispatcher
+//! and the other library, and the ratios public/dispatcher and public/other. `--threads 1,2,4,8`
+//! adds a scaling table: each thread copies through its own mapping.
 //!
-//! Run: `cargo bench -p gdrapi --bench copy_engines [-- --quick] [-- --gdrapi /path/libgdrapi.so]`.
+//! Run: `cargo bench -p gdrapi --features bench-internals --bench copy_engines [-- --quick]
+//! [-- --gdrapi /path/libgdrapi.so] [-- --threads 1,2,4,8]`.
 
 use gdrapi::copy::{self, Direction, Engine, MappingKind};
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_ulong, c_void};
@@ -28,28 +34,52 @@ struct Opts {
     quick: bool,
     cuda: bool,
     gdrapi: Option<String>,
+    ours: Option<String>,
+    threads: Vec<usize>,
+    bar_only: bool,
+    host_offset: usize,
     max_size: usize,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: copy_engines [--quick] [--no-cuda] [--max-size BYTES] [--gdrapi PATH/libgdrapi.so]\n\
+        "usage: copy_engines [--quick] [--no-cuda] [--max-size BYTES] [--ours PATH] [--gdrapi PATH] [--threads N,..] [--bar-only]\n\
          \x20 --quick      fewer sizes and samples (a few seconds)\n\
-         \x20 --no-cuda    skip the cuMemHostAlloc write-combined memory\n\
+         \x20 --no-cuda    skip libcuda (no write-combined memory, no BAR mapping)\n\
          \x20 --max-size   largest copy (default 16 MiB)\n\
-         \x20 --gdrapi     another libgdrapi to time on a real BAR mapping (needs gdrdrv or dma-buf)"
+         \x20 --ours       our libgdrapi.so (default: the one built next to this benchmark)\n\
+         \x20 --gdrapi     another libgdrapi to time on the same device memory (needs gdrdrv or dma-buf)\n\
+         \x20 --threads    thread counts for the scaling table, e.g. 1,2,4,8\n\
+         \x20 --bar-only   only the BAR tables (and the scaling table)\n\
+         \x20 --host-offset  bytes between a page boundary and the host buffer (default 0)"
     );
     std::process::exit(2)
 }
 
 fn parse_opts() -> Opts {
-    let mut o = Opts { quick: false, cuda: true, gdrapi: None, max_size: 16 << 20 };
+    let mut o = Opts {
+        quick: false,
+        cuda: true,
+        gdrapi: None,
+        ours: None,
+        threads: Vec::new(),
+        bar_only: false,
+        host_offset: 0,
+        max_size: 16 << 20,
+    };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--quick" => o.quick = true,
             "--no-cuda" => o.cuda = false,
+            "--bar-only" => o.bar_only = true,
+            "--host-offset" => o.host_offset = args.next().and_then(|s| s.parse().ok()).unwrap_or_else(|| usage()),
             "--gdrapi" => o.gdrapi = Some(args.next().unwrap_or_else(|| usage())),
+            "--ours" => o.ours = Some(args.next().unwrap_or_else(|| usage())),
+            "--threads" => {
+                let list = args.next().unwrap_or_else(|| usage());
+                o.threads = list.split(',').map(|t| t.parse().unwrap_or_else(|_| usage())).collect();
+            }
             "--max-size" => o.max_size = args.next().and_then(|s| s.parse().ok()).unwrap_or_else(|| usage()),
             // `cargo bench` passes `--bench`; a filter-less run ignores it.
             "--bench" => {}
@@ -136,7 +166,6 @@ const CU_MEMHOSTALLOC_WRITECOMBINED: c_uint = 0x4;
 
 struct Cuda {
     mem_alloc: unsafe extern "C" fn(*mut u64, usize) -> CuResult,
-    mem_free: unsafe extern "C" fn(u64) -> CuResult,
     host_alloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CuResult,
     free_host: unsafe extern "C" fn(*mut c_void) -> CuResult,
     desc: String,
@@ -159,7 +188,6 @@ fn cuda_init() -> Result<Cuda, String> {
         let set_current: unsafe extern "C" fn(*mut c_void) -> CuResult = lib.sym("cuCtxSetCurrent")?;
         let cuda = Cuda {
             mem_alloc: lib.sym("cuMemAlloc_v2")?,
-            mem_free: lib.sym("cuMemFree_v2")?,
             host_alloc: lib.sym("cuMemHostAlloc")?,
             free_host: lib.sym("cuMemFreeHost")?,
             desc: String::new(),
@@ -180,7 +208,7 @@ fn cuda_init() -> Result<Cuda, String> {
 }
 
 // ------------------------------------------------------------------------------------------------
-// Another libgdrapi, used through its public C ABI
+// A libgdrapi (ours or another), used through its public C ABI
 // ------------------------------------------------------------------------------------------------
 
 #[repr(C)]
@@ -190,59 +218,129 @@ struct GdrMh {
 }
 
 type GdrT = *mut c_void;
+type CopyFn = unsafe extern "C" fn(GdrMh, *mut c_void, *const c_void, usize) -> c_int;
 
-struct OtherGdr {
+/// A dlopened libgdrapi with one open instance.
+struct GdrLib {
     path: String,
-    copy_to: unsafe extern "C" fn(GdrMh, *mut c_void, *const c_void, usize) -> c_int,
-    copy_from: unsafe extern "C" fn(GdrMh, *mut c_void, *const c_void, usize) -> c_int,
-    mh: GdrMh,
-    bar: *mut u8,
     version: String,
+    g: GdrT,
+    pin: unsafe extern "C" fn(GdrT, c_ulong, usize, u64, u32, *mut GdrMh) -> c_int,
+    map: unsafe extern "C" fn(GdrT, GdrMh, *mut *mut c_void, usize) -> c_int,
+    copy_to: CopyFn,
+    copy_from: CopyFn,
 }
 
-/// dlopens `path`, pins and maps `len` bytes of fresh `cuMemAlloc` memory through it.
-fn other_gdr(path: &str, cuda: Option<&Cuda>, len: usize) -> Result<OtherGdr, String> {
-    let lib = Lib::open(path)?;
-    // SAFETY: every `sym` type below is the gdrapi.h 2.x prototype of that symbol; the calls get
-    // valid out-pointers, and the pinned range lies inside the cuMemAlloc allocation.
-    unsafe {
-        let runtime_version: unsafe extern "C" fn(*mut c_int, *mut c_int) = lib.sym("gdr_runtime_get_version")?;
-        let open: unsafe extern "C" fn() -> GdrT = lib.sym("gdr_open")?;
-        let pin: unsafe extern "C" fn(GdrT, c_ulong, usize, u64, u32, *mut GdrMh) -> c_int =
-            lib.sym("gdr_pin_buffer")?;
-        let map: unsafe extern "C" fn(GdrT, GdrMh, *mut *mut c_void, usize) -> c_int = lib.sym("gdr_map")?;
-        let copy_to = lib.sym("gdr_copy_to_mapping")?;
-        let copy_from = lib.sym("gdr_copy_from_mapping")?;
-        let (mut maj, mut min) = (0, 0);
-        runtime_version(&mut maj, &mut min);
-        let version = format!("{maj}.{min}");
-        let g = open();
-        if g.is_null() {
-            return Err(format!(
-                "gdr_open() returned NULL (libgdrapi {version}): no /dev/gdrdrv and no usable dma-buf \
-                 backend (that needs a CUDA >= 13.3 driver); set GDRCOPY_ENABLE_LOGGING=1 for the reason"
-            ));
+/// A pinned and mapped range, through one library. Lives until the process exits.
+#[derive(Clone, Copy)]
+struct BarMapping {
+    copy_to: CopyFn,
+    copy_from: CopyFn,
+    mh: GdrMh,
+    bar: *mut u8,
+}
+
+// SAFETY: the mapping is plain shared memory plus function pointers of a thread-safe library.
+unsafe impl Send for BarMapping {}
+
+impl GdrLib {
+    /// dlopens `path` and opens an instance.
+    fn open(path: &str) -> Result<GdrLib, String> {
+        let lib = Lib::open(path)?;
+        // SAFETY: every `sym` type below is the gdrapi.h 2.x prototype of that symbol; the calls get
+        // valid out-pointers. The library stays loaded (Lib never dlcloses).
+        unsafe {
+            let runtime_version: unsafe extern "C" fn(*mut c_int, *mut c_int) = lib.sym("gdr_runtime_get_version")?;
+            let open: unsafe extern "C" fn() -> GdrT = lib.sym("gdr_open")?;
+            let (mut maj, mut min) = (0, 0);
+            runtime_version(&mut maj, &mut min);
+            let version = format!("{maj}.{min}");
+            let g = open();
+            if g.is_null() {
+                return Err(format!(
+                    "gdr_open() of {path} returned NULL (libgdrapi {version}): no /dev/gdrdrv and no usable \
+                     dma-buf backend (that needs a CUDA >= 13.3 driver); set GDRCOPY_ENABLE_LOGGING=1 for the reason"
+                ));
+            }
+            Ok(GdrLib {
+                path: path.into(),
+                version,
+                g,
+                pin: lib.sym("gdr_pin_buffer")?,
+                map: lib.sym("gdr_map")?,
+                copy_to: lib.sym("gdr_copy_to_mapping")?,
+                copy_from: lib.sym("gdr_copy_from_mapping")?,
+            })
         }
-        let cuda = cuda.ok_or("no CUDA device memory to pin (libcuda unavailable or --no-cuda)")?;
-        const GPU_PAGE: u64 = 64 << 10;
-        let mut d: u64 = 0;
-        cuda_check("cuMemAlloc", (cuda.mem_alloc)(&mut d, len + GPU_PAGE as usize))?;
-        let aligned = (d + GPU_PAGE - 1) & !(GPU_PAGE - 1);
+    }
+
+    /// Pins and maps `[dptr, dptr + len)` (64 KiB aligned device memory).
+    fn pin_map(&self, dptr: u64, len: usize) -> Result<BarMapping, String> {
         let mut mh = GdrMh { h: 0 };
-        let r = pin(g, aligned as c_ulong, len, 0, 0, &mut mh);
+        // SAFETY: valid out-pointers; the range lies inside the caller's cuMemAlloc allocation.
+        let r = unsafe { (self.pin)(self.g, dptr as c_ulong, len, 0, 0, &mut mh) };
         if r != 0 {
-            (cuda.mem_free)(d);
-            return Err(format!("gdr_pin_buffer returned {r}"));
+            return Err(format!("gdr_pin_buffer of {} returned {r}", self.path));
         }
         let mut va = std::ptr::null_mut();
-        let r = map(g, mh, &mut va, len);
+        // SAFETY: as above.
+        let r = unsafe { (self.map)(self.g, mh, &mut va, len) };
         if r != 0 {
-            return Err(format!("gdr_map returned {r}"));
+            return Err(format!("gdr_map of {} returned {r}", self.path));
         }
-        // The library stays loaded (Lib never dlcloses); the handle, mapping and device memory
-        // live until the process exits.
-        Ok(OtherGdr { path: path.into(), copy_to, copy_from, mh, bar: va.cast(), version })
+        Ok(BarMapping { copy_to: self.copy_to, copy_from: self.copy_from, mh, bar: va.cast() })
     }
+}
+
+const GPU_PAGE: u64 = 64 << 10;
+
+/// Device memory of at least `len` bytes, 64 KiB aligned; never freed (lives with the process).
+fn device_memory(cuda: &Cuda, len: usize) -> Result<u64, String> {
+    let mut d: u64 = 0;
+    // SAFETY: valid out-pointer.
+    cuda_check("cuMemAlloc", unsafe { (cuda.mem_alloc)(&mut d, len + GPU_PAGE as usize) })?;
+    Ok((d + GPU_PAGE - 1) & !(GPU_PAGE - 1))
+}
+
+/// Pins and maps through our statically linked C functions (see `linked` in `main`).
+fn linked_mapping(dptr: u64, len: usize) -> Result<BarMapping, String> {
+    use gdrapi::capi;
+    // SAFETY: the gdrapi.h contract: valid out-pointers, a range inside a device allocation.
+    unsafe {
+        let g = capi::gdr_open();
+        if g.is_null() {
+            return Err("gdr_open (linked) returned NULL".into());
+        }
+        let mut mh = gdrapi::abi::GdrMh { h: 0 };
+        let r = capi::gdr_pin_buffer(g, dptr as c_ulong, len, 0, 0, &mut mh);
+        if r != 0 {
+            return Err(format!("gdr_pin_buffer (linked) returned {r}"));
+        }
+        let mut va = std::ptr::null_mut();
+        let r = capi::gdr_map(g, mh, &mut va, len);
+        if r != 0 {
+            return Err(format!("gdr_map (linked) returned {r}"));
+        }
+        let to: CopyFn = std::mem::transmute::<
+            unsafe extern "C" fn(gdrapi::abi::GdrMh, *mut c_void, *const c_void, usize) -> c_int,
+            CopyFn,
+        >(capi::gdr_copy_to_mapping as _);
+        let from: CopyFn = std::mem::transmute::<
+            unsafe extern "C" fn(gdrapi::abi::GdrMh, *mut c_void, *const c_void, usize) -> c_int,
+            CopyFn,
+        >(capi::gdr_copy_from_mapping as _);
+        Ok(BarMapping { copy_to: to, copy_from: from, mh: GdrMh { h: mh.h }, bar: va.cast() })
+    }
+}
+
+/// Our own cdylib: `--ours`, else `libgdrapi.so` in the profile directory of this benchmark.
+fn our_library(o: &Opts) -> Option<String> {
+    if let Some(p) = &o.ours {
+        return Some(p.clone());
+    }
+    let exe = std::env::current_exe().ok()?;
+    let lib = exe.parent()?.parent()?.join("libgdrapi.so");
+    lib.exists().then(|| lib.to_string_lossy().into_owned())
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -288,7 +386,11 @@ enum Method {
         host_off: usize,
     },
     Engine(Engine),
-    Other(std::rc::Rc<OtherGdr>),
+    /// A library's public `gdr_copy_*` on its own mapping of the same device memory.
+    Public {
+        label: String,
+        m: BarMapping,
+    },
 }
 
 impl Method {
@@ -298,7 +400,7 @@ impl Method {
             Method::Dispatch { dev_off: 0, host_off: 0 } => "dispatch".into(),
             Method::Dispatch { dev_off, host_off } => format!("dispatch dev+{dev_off} host+{host_off}"),
             Method::Engine(e) => format!("{}{}", e.name, if e.selected { "*" } else { "" }),
-            Method::Other(o) => format!("other gdr_copy ({})", o.version),
+            Method::Public { label, .. } => label.clone(),
         }
     }
 
@@ -338,11 +440,12 @@ impl Method {
                     (e.f)(host, dev, len);
                     copy::store_fence();
                 }
-                (Method::Other(o), Direction::ToDevice) => {
-                    (o.copy_to)(o.mh, dev.cast(), host.cast(), len);
+                // `dev` is our mapping; the library copies at the same offset of its own mapping.
+                (Method::Public { m, .. }, Direction::ToDevice) => {
+                    (m.copy_to)(m.mh, m.bar.cast(), host.cast(), len);
                 }
-                (Method::Other(o), Direction::FromDevice) => {
-                    (o.copy_from)(o.mh, host.cast(), dev.cast(), len);
+                (Method::Public { m, .. }, Direction::FromDevice) => {
+                    (m.copy_from)(m.mh, host.cast(), m.bar.cast(), len);
                 }
             }
         }
@@ -404,7 +507,16 @@ fn human(n: usize) -> String {
     }
 }
 
-fn table(title: &str, methods: &[Method], dir: Direction, dev: *mut u8, host: *mut u8, sizes: &[usize], t: &Timing) {
+/// Prints one table; returns each size's median GB/s per method (None where not usable).
+fn table(
+    title: &str,
+    methods: &[Method],
+    dir: Direction,
+    dev: *mut u8,
+    host: *mut u8,
+    sizes: &[usize],
+    t: &Timing,
+) -> Vec<(usize, Vec<Option<f64>>)> {
     println!("\n### {title}\n");
     println!("cell: median GB/s (p10-p90) and ratio to memcpy's median; * = selected by the dispatcher\n");
     print!("| size |");
@@ -417,12 +529,15 @@ fn table(title: &str, methods: &[Method], dir: Direction, dev: *mut u8, host: *m
         print!("---:|");
     }
     println!();
+    let mut rows = Vec::new();
     for &len in sizes {
         print!("| {} |", human(len));
         let mut base = None;
+        let mut row = Vec::new();
         for m in methods {
             if !m.usable(len) {
                 print!(" - |");
+                row.push(None);
                 continue;
             }
             let s = measure(m, dir, dev, host, len, t);
@@ -431,8 +546,114 @@ fn table(title: &str, methods: &[Method], dir: Direction, dev: *mut u8, host: *m
             }
             let ratio = base.map(|b| format!(" x{:.2}", s.med / b)).unwrap_or_default();
             print!(" {:.2} ({:.2}-{:.2}){} |", s.med, s.p10, s.p90, ratio);
+            row.push(Some(s.med));
         }
         println!();
+        rows.push((len, row));
+    }
+    rows
+}
+
+/// One line per size comparing our public call with the dispatcher and with the other library:
+/// nanoseconds per call and speed ratios (> 1: our public call is faster).
+fn summary(what: &str, methods: &[Method], rows: &[(usize, Vec<Option<f64>>)]) {
+    let col = |want: &dyn Fn(&Method) -> bool| methods.iter().position(want);
+    let Some(public) = col(&|m| matches!(m, Method::Public { label, .. } if label.starts_with("public"))) else {
+        return;
+    };
+    let dispatch = col(&|m| matches!(m, Method::Dispatch { dev_off: 0, host_off: 0 }));
+    let other = col(&|m| matches!(m, Method::Public { label, .. } if label.starts_with("other")));
+    println!();
+    for (len, row) in rows {
+        let ns = |i: Option<usize>| i.and_then(|i| row[i]).map(|gbs| *len as f64 / gbs);
+        let Some(p) = ns(Some(public)) else { continue };
+        let mut line = format!("summary {what} {}: public {p:.2} ns", human(*len));
+        if let Some(d) = ns(dispatch) {
+            line += &format!(", dispatcher {d:.2} ns (public-dispatcher {:+.2} ns, speed x{:.2})", p - d, d / p);
+        }
+        if let Some(o) = ns(other) {
+            line += &format!(", other {o:.2} ns (speed x{:.2})", o / p);
+        }
+        println!("{line}");
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Thread scaling
+// ------------------------------------------------------------------------------------------------
+
+/// Calls per second of `n` threads, each copying `len` bytes through its own mapping, for `dur`.
+fn run_threads(maps: &[BarMapping], n: usize, public: bool, dir: Direction, len: usize, dur: Duration) -> f64 {
+    let barrier = std::sync::Barrier::new(n);
+    let total: u64 = std::thread::scope(|s| {
+        let hs: Vec<_> = maps[..n]
+            .iter()
+            .map(|m| {
+                let (m, barrier) = (*m, &barrier);
+                s.spawn(move || {
+                    let host = Heap::new(len + 64);
+                    let method = if public {
+                        Method::Public { label: String::new(), m }
+                    } else {
+                        Method::Dispatch { dev_off: 0, host_off: 0 }
+                    };
+                    // SAFETY: the mapping and host buffer hold len + 64 bytes.
+                    unsafe { method.call(dir, m.bar, host.p, len) };
+                    barrier.wait();
+                    let start = Instant::now();
+                    let mut calls = 0u64;
+                    while start.elapsed() < dur {
+                        for _ in 0..256 {
+                            // SAFETY: as above.
+                            unsafe { method.call(dir, m.bar, host.p, len) };
+                        }
+                        calls += 256;
+                    }
+                    calls as f64 / start.elapsed().as_secs_f64()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("copy thread") as u64).sum()
+    });
+    total as f64
+}
+
+/// Copies from several threads, each through its own mapping: total calls/s and the speed-up over
+/// one thread, for our public call and for the dispatcher alone (the engines' own scaling).
+fn scaling(ours: &GdrLib, cuda: &Cuda, threads: &[usize], t: &Timing) {
+    let most = threads.iter().copied().max().unwrap_or(1);
+    let maps: Result<Vec<BarMapping>, String> =
+        (0..most).map(|_| device_memory(cuda, 1 << 16).and_then(|d| ours.pin_map(d, 1 << 16))).collect();
+    let maps = match maps {
+        Ok(m) => m,
+        Err(e) => return println!("\n### thread scaling: skipped ({e})"),
+    };
+    let dur = t.cell_budget * 2;
+    println!("\n### thread scaling: each thread copies through its own mapping\n");
+    println!("cell: million calls/s, all threads together (speed-up over 1 thread)\n");
+    print!("| copy | method |");
+    for n in threads {
+        print!(" {n} thr |");
+    }
+    println!();
+    println!("|---|---|{}", "---:|".repeat(threads.len()));
+    for (dir, len) in [
+        (Direction::FromDevice, 8),
+        (Direction::ToDevice, 8),
+        (Direction::FromDevice, 4096),
+        (Direction::ToDevice, 4096),
+    ] {
+        for public in [true, false] {
+            let name = if dir == Direction::ToDevice { "store" } else { "load" };
+            print!("| {} {name} | {} |", human(len), if public { "public gdr_copy" } else { "dispatcher" });
+            let mut one = None;
+            for &n in threads {
+                let r = run_threads(&maps, n, public, dir, len, dur) / 1e6;
+                let base = *one.get_or_insert(r / n.max(1) as f64);
+                print!(" {r:.1} (x{:.2}) |", r / base);
+            }
+            println!();
+        }
     }
 }
 
@@ -505,18 +726,52 @@ fn main() {
         println!("- CUDA write-combined memory: skipped (--no-cuda)");
         None
     };
-    let other = o.gdrapi.as_deref().map(|p| other_gdr(p, cuda.as_ref(), max + 4096));
+    // The BAR: device memory pinned and mapped by our library (dispatcher, engines and our public
+    // calls use that mapping) and, with --gdrapi, by the other library too.
+    let bar_len = max + 4096;
+    let ours = match (our_library(&o), &cuda) {
+        (None, _) => Err("our libgdrapi.so was not found next to the benchmark (--ours PATH)".to_string()),
+        (_, None) => Err("no CUDA device memory to pin (libcuda unavailable or --no-cuda)".to_string()),
+        (Some(path), Some(c)) => GdrLib::open(&path).and_then(|lib| {
+            let dptr = device_memory(c, bar_len)?;
+            let m = lib.pin_map(dptr, bar_len)?;
+            Ok((lib, dptr, m))
+        }),
+    };
+    // The same public functions, statically linked into this benchmark (no dlopen, no PLT/GOT, no
+    // TLS descriptors): tells what the shared-library boundary itself costs.
+    let linked = match (&ours, &cuda) {
+        (Ok((_, dptr, _)), Some(_)) => linked_mapping(*dptr, bar_len),
+        _ => Err("no device memory".into()),
+    };
+    let other = match (&ours, o.gdrapi.as_deref()) {
+        (_, None) => None,
+        (Err(e), Some(_)) => Some(Err(format!("needs our mapping first: {e}"))),
+        (Ok((_, dptr, _)), Some(path)) => {
+            Some(GdrLib::open(path).and_then(|lib| Ok((lib.pin_map(*dptr, bar_len)?, lib.path, lib.version))))
+        }
+    };
+    match &ours {
+        Ok((lib, _, m)) => {
+            println!("- our libgdrapi: {} (version {}), BAR mapping at {:p}", lib.path, lib.version, m.bar)
+        }
+        Err(e) => println!("- our libgdrapi: BAR tables skipped: {e}"),
+    }
     match &other {
-        Some(Ok(g)) => println!("- other libgdrapi: {} (version {}), BAR mapping at {:p}", g.path, g.version, g.bar),
+        Some(Ok((m, path, version))) => {
+            println!("- other libgdrapi: {path} (version {version}), same device memory mapped at {:p}", m.bar)
+        }
         Some(Err(e)) => println!("- other libgdrapi: comparison skipped: {e}"),
         None => println!("- other libgdrapi: not requested (--gdrapi PATH)"),
     }
 
     let slack = 4096;
-    let host = Heap::new(max + slack);
-    let mut memories: Vec<(String, *mut u8, Option<std::rc::Rc<OtherGdr>>)> = Vec::new();
+    let host = Heap::new(max + slack + o.host_offset.next_multiple_of(64));
+    // SAFETY: inside the allocation (sized with the offset above).
+    let host_p = unsafe { host.p.add(o.host_offset) };
+    let mut memories: Vec<(String, *mut u8, bool)> = Vec::new();
     let ordinary = Heap::new(max + slack);
-    memories.push(("ordinary memory".into(), ordinary.p, None));
+    memories.push(("ordinary memory".into(), ordinary.p, false));
     let mut wc_ptr = std::ptr::null_mut();
     if let Some(c) = &cuda {
         // SAFETY: valid out-pointer; size as requested.
@@ -524,18 +779,20 @@ fn main() {
         if r == 0 && !wc_ptr.is_null() {
             // SAFETY: the allocation is max + slack bytes; fault it in before timing.
             unsafe { std::ptr::write_bytes(wc_ptr.cast::<u8>(), 0x5a, max + slack) };
-            memories.push(("cuMemHostAlloc WRITECOMBINED memory".into(), wc_ptr.cast(), None));
+            memories.push(("cuMemHostAlloc WRITECOMBINED memory".into(), wc_ptr.cast(), false));
         } else {
             println!("- cuMemHostAlloc(WRITECOMBINED) failed: CUresult {r}");
             wc_ptr = std::ptr::null_mut();
         }
     }
-    if let Some(Ok(g)) = other {
-        let g = std::rc::Rc::new(g);
-        memories.push((format!("GPU BAR mapped by {}", g.path), g.bar, Some(g.clone())));
+    if let Ok((lib, _, m)) = &ours {
+        memories.push((format!("GPU BAR mapped by {}", lib.path), m.bar, true));
     }
 
-    for (mem, dev, other) in &memories {
+    if o.bar_only {
+        memories.retain(|(_, _, is_bar)| *is_bar);
+    }
+    for (mem, dev, is_bar) in &memories {
         for dir in [Direction::ToDevice, Direction::FromDevice] {
             let mut methods = vec![
                 Method::Memcpy,
@@ -543,14 +800,30 @@ fn main() {
                 Method::Dispatch { dev_off: 7, host_off: 3 },
             ];
             methods.extend(engines.iter().filter(|e| e.dir == dir).map(|e| Method::Engine(*e)));
-            if let Some(g) = other {
-                methods.push(Method::Other(g.clone()));
+            if *is_bar {
+                if let Ok((lib, _, m)) = &ours {
+                    methods.push(Method::Public { label: format!("public gdr_copy (ours {})", lib.version), m: *m });
+                }
+                if let Ok(m) = &linked {
+                    methods.push(Method::Public { label: "public gdr_copy (ours, linked)".into(), m: *m });
+                }
+                if let Some(Ok((m, _, version))) = &other {
+                    methods.push(Method::Public { label: format!("other gdr_copy ({version})"), m: *m });
+                }
             }
             let what = match dir {
                 Direction::ToDevice => "host -> device (stores to the mapping)",
                 Direction::FromDevice => "device -> host (loads from the mapping)",
             };
-            table(&format!("{mem}: {what}"), &methods, dir, *dev, host.p, &sizes, &timing);
+            let rows = table(&format!("{mem}: {what}"), &methods, dir, *dev, host_p, &sizes, &timing);
+            let short = if dir == Direction::ToDevice { "stores" } else { "loads" };
+            summary(short, &methods, &rows);
+        }
+    }
+    if !o.threads.is_empty() {
+        match (&ours, &cuda) {
+            (Ok((lib, _, _)), Some(c)) => scaling(lib, c, &o.threads, &timing),
+            _ => println!("\n### thread scaling: skipped (no BAR mapping through our library)"),
         }
     }
     if let Some(c) = cuda.as_ref().filter(|_| !wc_ptr.is_null()) {

@@ -195,18 +195,47 @@ pub extern "C" fn gdr_unmap(g: GdrT, handle: GdrMh, va: *mut c_void, size: usize
     })
 }
 
-/// `gdr_copy_to_mapping` / `gdr_copy_from_mapping`: the hot path. No lock, no shared write; see
-/// [`registry::mapping_of`].
+/// `gdr_copy_to_mapping` / `gdr_copy_from_mapping`: the hot path. No lock, no shared write, no
+/// allocation; see [`registry::mapping_of`] for how a concurrent unmap is kept out.
+///
+/// The successful path runs outside the unwinding guard, because the guard's closure call costs
+/// as much as the rest of the path together: nothing on it can panic (no indexing, allocation,
+/// formatting or unwrap; the copy engines were selected by `gdr_open`, inside the guard). Were a
+/// panic ever introduced there, the `extern "C"` boundary would abort the process, never unwind
+/// into C. Every failure is reported by [`copy_failed`], which runs the whole call again inside
+/// the guard, so the errno and the log line are the guarded path's.
 #[inline(always)]
 fn copy(name: &str, handle: GdrMh, dir: Direction, mapped: *const c_void, host: *const c_void, size: usize) -> c_int {
+    if let Some((announced, m, t)) = registry::mapped(handle.h as usize)
+        && (size == 0 || (!host.is_null() && m.contains(mapped as usize, size)))
+    {
+        // SAFETY: `m` stays mapped while `announced` lives (unmapping waits for it) and the device
+        // range lies inside it; the C contract: `host` is valid for `size` bytes in the copy's
+        // direction and does not overlap the mapping.
+        unsafe { core::copy_checked(t, dir, mapped as usize, host as usize, size) };
+        drop(announced);
+        return 0;
+    }
+    copy_failed(name, handle, dir, mapped, host, size)
+}
+
+/// The copy path's slow side: the same call inside the guard, with the checks that say why.
+#[cold]
+#[inline(never)]
+fn copy_failed(
+    name: &str,
+    handle: GdrMh,
+    dir: Direction,
+    mapped: *const c_void,
+    host: *const c_void,
+    size: usize,
+) -> c_int {
     boundary(name, || {
         let (_announced, m, t) = registry::mapping_of(handle.h as usize)?;
         if size != 0 && host.is_null() {
             return Err(null_host());
         }
-        // SAFETY: `m` stays mapped while `_announced` lives (unmapping waits for it); the C
-        // contract: `host` is valid for `size` bytes in the copy's direction and does not overlap
-        // the mapping. The device range is checked against the mapping.
+        // SAFETY: as in `copy`.
         unsafe { core::copy_within(m, t, dir, mapped as usize, host as usize, size) }
     })
 }

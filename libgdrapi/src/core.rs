@@ -130,9 +130,21 @@ pub(crate) unsafe fn copy_within(
     if !m.contains(mapped, len) {
         return Err(outside(m, mapped, len));
     }
+    // SAFETY: the device range lies inside the live mapping (checked above); the rest is the
+    // caller's promise.
+    unsafe { copy_checked(t, dir, mapped, host, len) };
+    Ok(())
+}
+
+/// [`copy_within`] after its checks: engines and fence. Panic-free (the C copy path relies on it).
+///
+/// # Safety
+/// As [`copy_within`], and `[mapped, mapped + len)` lies inside `m`.
+#[inline(always)]
+pub(crate) unsafe fn copy_checked(t: MappingType, dir: Direction, mapped: usize, host: usize, len: usize) {
     let kind = kind_of(t);
-    // SAFETY: the device range lies inside a live mapping (checked above, kept alive by the
-    // caller); the host range is the caller's promise.
+    // SAFETY: the device range lies inside a live mapping (the caller's promise, checked by it);
+    // the host range is the caller's promise.
     unsafe {
         match dir {
             Direction::ToMapping => copy::copy_to_mapping(kind, mapped as *mut u8, host as *const u8, len),
@@ -144,7 +156,6 @@ pub(crate) unsafe fn copy_within(
     } else if t == MappingType::WriteCombined {
         copy::store_fence();
     }
-    Ok(())
 }
 
 #[cold]

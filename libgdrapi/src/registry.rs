@@ -29,7 +29,7 @@ use crate::abi::MappingType;
 use crate::core::{Instance, Pin};
 use crate::cpu_mapping::CpuMapping;
 use crate::grace::{self, Announced};
-use crate::slab::{Allocator, Region, Slot};
+use crate::slab::{Allocator, Region, Slot, SlotIndex};
 
 /// The first 48 bytes of upstream's `struct gdr`.
 #[repr(C)]
@@ -94,14 +94,17 @@ static HANDLES: Region<HandleSlot> = Region::new(1 << 20);
 
 const _: () = assert!(size_of::<InstanceSlot>() == 64 && size_of::<HandleSlot>() == 128);
 
+/// A live handle: its pin, its instance's slot index, and its own slot.
+type HandleEntry = (Arc<Pin>, usize, SlotIndex<HandleSlot>);
+
 /// Everything behind the control mutex.
 pub(crate) struct Tables {
     instance_slots: Allocator,
     handle_slots: Allocator,
     /// By instance slot index.
     instances: Vec<Option<Instance>>,
-    /// By handle slot index: the pin and its instance's slot index.
-    handles: Vec<Option<(Arc<Pin>, usize)>>,
+    /// By handle slot index.
+    handles: Vec<Option<HandleEntry>>,
 }
 
 static CONTROL: Mutex<Tables> = Mutex::new(Tables {
@@ -125,7 +128,7 @@ fn put<T>(v: &mut Vec<Option<T>>, i: usize, x: T) {
 
 /// A validated `gdr_mh_t`: its slot index and pin.
 pub(crate) struct Handle {
-    index: usize,
+    index: SlotIndex<HandleSlot>,
     pub(crate) pin: Arc<Pin>,
 }
 
@@ -150,13 +153,13 @@ impl Tables {
             };
         }
         slot.open.store(1, Ordering::Release);
-        put(&mut self.instances, i, instance);
+        put(&mut self.instances, i.get(), instance);
         Ok(INSTANCES.addr_of(i))
     }
 
-    fn instance_index(&self, g: usize) -> Result<usize> {
+    fn instance_index(&self, g: usize) -> Result<SlotIndex<InstanceSlot>> {
         match INSTANCES.index_of(g) {
-            Some(i) if self.instances.get(i).is_some_and(Option::is_some) => Ok(i),
+            Some(i) if self.instances.get(i.get()).is_some_and(Option::is_some) => Ok(i),
             _ => {
                 gdr_err!("invalid gdr_t {g:#x} (not open, or already closed)");
                 Err(Errno::EINVAL)
@@ -167,7 +170,7 @@ impl Tables {
     /// The instance behind a `gdr_t`.
     pub(crate) fn instance(&self, g: usize) -> Result<&Instance> {
         let i = self.instance_index(g)?;
-        Ok(self.instances[i].as_ref().expect("checked"))
+        Ok(self.instances[i.get()].as_ref().expect("checked"))
     }
 
     /// Unregisters an instance whose handles are all gone; returns it for the final drop.
@@ -175,12 +178,12 @@ impl Tables {
         let i = self.instance_index(g)?;
         INSTANCES.get(i).open.store(0, Ordering::Release);
         self.instance_slots.free(i);
-        Ok(self.instances[i].take().expect("checked"))
+        Ok(self.instances[i.get()].take().expect("checked"))
     }
 
     /// Registers a pin of instance `g`; returns the `gdr_mh_t.h` value.
     pub(crate) fn add_handle(&mut self, g: usize, pin: Arc<Pin>) -> Result<usize> {
-        let owner = self.instance_index(g)?;
+        let owner = self.instance_index(g)?.get();
         let i = self.handle_slots.alloc(&HANDLES)?;
         let slot = HANDLES.get(i);
         let mut record = HandleRecord::default();
@@ -193,16 +196,16 @@ impl Tables {
         slot.map_addr.store(0, Ordering::Relaxed);
         slot.map_len.store(0, Ordering::Relaxed);
         slot.state.store(PINNED, Ordering::Release);
-        put(&mut self.handles, i, (pin, owner));
+        put(&mut self.handles, i.get(), (pin, owner, i));
         Ok(HANDLES.addr_of(i))
     }
 
     /// The pin behind handle `h`, checking that it belongs to `g`.
     pub(crate) fn handle(&self, g: usize, h: usize) -> Result<Handle> {
-        let owner = self.instance_index(g)?;
-        let entry = HANDLES.index_of(h).and_then(|i| Some((i, self.handles.get(i)?.as_ref()?)));
+        let owner = self.instance_index(g)?.get();
+        let entry = HANDLES.index_of(h).and_then(|i| Some((i, self.handles.get(i.get())?.as_ref()?)));
         match entry {
-            Some((index, (pin, o))) if *o == owner => Ok(Handle { index, pin: pin.clone() }),
+            Some((index, (pin, o, _))) if *o == owner => Ok(Handle { index, pin: pin.clone() }),
             Some(_) => {
                 gdr_err!("handle {h:#x} belongs to another gdr_t");
                 Err(Errno::EINVAL)
@@ -216,14 +219,13 @@ impl Tables {
 
     /// The live handles of instance `g`, most recent first.
     pub(crate) fn handles_of(&self, g: usize) -> Result<Vec<Handle>> {
-        let owner = self.instance_index(g)?;
+        let owner = self.instance_index(g)?.get();
         let inst = self.instances[owner].as_ref().expect("checked");
         let mut v: Vec<Handle> = self
             .handles
             .iter()
-            .enumerate()
-            .filter_map(|(index, e)| match e {
-                Some((pin, o)) if *o == owner => Some(Handle { index, pin: pin.clone() }),
+            .filter_map(|e| match e {
+                Some((pin, o, index)) if *o == owner => Some(Handle { index: *index, pin: pin.clone() }),
                 _ => None,
             })
             .collect();
@@ -262,7 +264,7 @@ impl Tables {
         let slot = HANDLES.get(h.index);
         debug_assert_eq!(slot.state.load(Ordering::Relaxed) & MAPPED, 0);
         slot.state.store(0, Ordering::Release);
-        self.handles[h.index] = None;
+        self.handles[h.index.get()] = None;
         self.handle_slots.free(h.index);
     }
 }
@@ -272,9 +274,21 @@ fn type_of(state: u64) -> MappingType {
 }
 
 /// The copy path: the live mapping of handle `h`, protected from being unmapped until the
-/// returned announcement is dropped. No lock, no read-modify-write, no allocation after the
-/// thread's first copy.
+/// returned announcement is dropped; `None` for anything else (see [`mapping_of`] for why). No
+/// lock, no read-modify-write, no allocation after the thread's first copy, nothing that panics.
 #[inline(always)]
+pub(crate) fn mapped(h: usize) -> Option<(Announced, CpuMapping, MappingType)> {
+    let slot = HANDLES.get_at(HANDLES.index_of(h)?, h);
+    let announced = grace::announce(h);
+    let state = slot.state.load(Ordering::Acquire);
+    if state & MAPPED == 0 {
+        return None;
+    }
+    let m = CpuMapping { addr: slot.map_addr.load(Ordering::Relaxed), len: slot.map_len.load(Ordering::Relaxed) };
+    Some((announced, m, type_of(state)))
+}
+
+/// [`mapped`] with the reason for a refusal (logged).
 pub(crate) fn mapping_of(h: usize) -> Result<(Announced, CpuMapping, MappingType)> {
     let Some(i) = HANDLES.index_of(h) else { return Err(invalid_handle(h)) };
     let slot = HANDLES.get(i);

@@ -14,7 +14,6 @@
 
 use std::collections::VecDeque;
 use std::marker::PhantomData;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use gpudirect_common::{Errno, Result};
@@ -32,10 +31,29 @@ const COMMIT_STEP: usize = 64 << 10;
 /// divide 4096.
 pub(crate) unsafe trait Slot: Sync {}
 
+/// The index of a slot that exists: made only by [`Region::index_of`] and [`Allocator::alloc`],
+/// and regions only grow, so [`Region::get`] needs no bounds check. Each slot type has one region.
+pub(crate) struct SlotIndex<T>(usize, PhantomData<T>);
+
+impl<T> SlotIndex<T> {
+    pub(crate) fn get(&self) -> usize {
+        self.0
+    }
+}
+
+impl<T> Clone for SlotIndex<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SlotIndex<T> {}
+
 /// A reserved region of `cap` slots of type `T`.
 pub(crate) struct Region<T: Slot> {
     cap: usize,
-    base: OnceLock<usize>,
+    /// Start of the reservation; 0 until the first slot is allocated (then `committed` is 0 too, so
+    /// no address validates).
+    base: AtomicUsize,
     /// Slots `[0, committed)` are accessible (only grows, under the owner's lock).
     committed: AtomicUsize,
     _slot: PhantomData<T>,
@@ -43,14 +61,15 @@ pub(crate) struct Region<T: Slot> {
 
 impl<T: Slot> Region<T> {
     pub(crate) const fn new(cap: usize) -> Region<T> {
-        Region { cap, base: OnceLock::new(), committed: AtomicUsize::new(0), _slot: PhantomData }
+        Region { cap, base: AtomicUsize::new(0), committed: AtomicUsize::new(0), _slot: PhantomData }
     }
 
     const STRIDE: usize = size_of::<T>();
 
     fn reserve(&self) -> Result<usize> {
-        if let Some(b) = self.base.get() {
-            return Ok(*b);
+        let b = self.base.load(Ordering::Relaxed);
+        if b != 0 {
+            return Ok(b);
         }
         let len = self.cap * Self::STRIDE;
         // SAFETY: a fresh anonymous reservation at a kernel-chosen address aliases nothing.
@@ -69,33 +88,44 @@ impl<T: Slot> Region<T> {
             gdr_err!("cannot reserve {len} bytes for handle records: {}", std::io::Error::last_os_error());
             return Err(e);
         }
-        // The caller holds the owner's lock, so nobody else reserves meanwhile.
-        Ok(*self.base.get_or_init(|| p as usize))
+        // The caller holds the owner's lock, so nobody else reserves meanwhile; `committed` is
+        // published after this with Release, so readers that see a slot see the base too.
+        self.base.store(p as usize, Ordering::Relaxed);
+        Ok(p as usize)
     }
 
     /// The index of the slot at `addr`, if `addr` is exactly a slot that was ever handed out.
     #[inline(always)]
-    pub(crate) fn index_of(&self, addr: usize) -> Option<usize> {
-        let base = *self.base.get()?;
-        let off = addr.wrapping_sub(base);
+    pub(crate) fn index_of(&self, addr: usize) -> Option<SlotIndex<T>> {
+        let committed = self.committed.load(Ordering::Acquire);
+        let off = addr.wrapping_sub(self.base.load(Ordering::Relaxed));
         let i = off / Self::STRIDE;
-        (off % Self::STRIDE == 0 && i < self.committed.load(Ordering::Acquire)).then_some(i)
+        (off.is_multiple_of(Self::STRIDE) && i < committed).then_some(SlotIndex(i, PhantomData))
     }
 
     /// The address of slot `i` (C's value for it).
-    pub(crate) fn addr_of(&self, i: usize) -> usize {
-        self.base.get().copied().unwrap_or(0) + i * Self::STRIDE
+    pub(crate) fn addr_of(&self, i: SlotIndex<T>) -> usize {
+        self.base.load(Ordering::Relaxed) + i.0 * Self::STRIDE
     }
 
-    /// Slot `i`, which must be below the committed count (an index from [`Region::index_of`] or
-    /// [`Allocator::alloc`]).
+    /// Slot `i`.
     #[inline(always)]
-    pub(crate) fn get(&self, i: usize) -> &T {
-        assert!(i < self.committed.load(Ordering::Relaxed), "slot {i} not committed");
-        // SAFETY: slot i lies in the committed, never-unmapped part of the reservation, is aligned
+    pub(crate) fn get(&self, i: SlotIndex<T>) -> &T {
+        // SAFETY: a SlotIndex exists only for a slot below `committed`, which never shrinks, so slot
+        // i lies in the committed, never-unmapped part of the reservation; it is aligned
         // (base is page aligned and the alignment of T divides 4096 and STRIDE), and all-zero or
         // previously written bytes are a valid T (trait contract); T is Sync.
-        unsafe { &*((self.addr_of(i)) as *const T) }
+        unsafe { &*(self.addr_of(i) as *const T) }
+    }
+
+    /// Slot `i` when the caller already has its address (`addr` is what `i` came from): saves
+    /// recomputing it on the copy path.
+    #[inline(always)]
+    pub(crate) fn get_at(&self, i: SlotIndex<T>, addr: usize) -> &T {
+        debug_assert_eq!(self.addr_of(i), addr);
+        let _ = i;
+        // SAFETY: as in `get`: `i` proves the slot at `addr` (from which `index_of` made it) exists.
+        unsafe { &*(addr as *const T) }
     }
 
     /// Makes slots `[0, n)` accessible. Caller holds the owner's lock.
@@ -139,23 +169,24 @@ impl Allocator {
 
     /// A free slot: the oldest freed one once the quarantine is full, else a fresh one, else (the
     /// region is full) the oldest freed one anyway. ENOMEM when every slot is live.
-    pub(crate) fn alloc<T: Slot>(&mut self, region: &Region<T>) -> Result<usize> {
+    pub(crate) fn alloc<T: Slot>(&mut self, region: &Region<T>) -> Result<SlotIndex<T>> {
+        let idx = |i| SlotIndex(i, PhantomData);
         if self.freed.len() > QUARANTINE {
-            return Ok(self.freed.pop_front().expect("non-empty"));
+            return Ok(idx(self.freed.pop_front().expect("non-empty")));
         }
         if self.fresh < region.cap {
             region.commit(self.fresh + 1)?;
             self.fresh += 1;
-            return Ok(self.fresh - 1);
+            return Ok(idx(self.fresh - 1));
         }
-        self.freed.pop_front().ok_or_else(|| {
+        self.freed.pop_front().map(idx).ok_or_else(|| {
             gdr_err!("all {} handle records are in use", region.cap);
             Errno::ENOMEM
         })
     }
 
-    pub(crate) fn free(&mut self, i: usize) {
-        self.freed.push_back(i);
+    pub(crate) fn free<T>(&mut self, i: SlotIndex<T>) {
+        self.freed.push_back(i.0);
     }
 }
 
@@ -176,24 +207,24 @@ mod tests {
     fn addresses_validate_and_slots_are_reused_only_after_the_quarantine() {
         static R: Region<S> = Region::new(QUARANTINE + 8);
         let mut a = Allocator::new();
-        assert_eq!(R.index_of(0x1000), None, "nothing reserved yet");
+        assert!(R.index_of(0x1000).is_none(), "nothing reserved yet");
         let first = a.alloc(&R).unwrap();
         let addr = R.addr_of(first);
-        assert_eq!(R.index_of(addr), Some(first));
-        assert_eq!(R.index_of(addr + 8), None, "inside a slot is not a slot");
-        assert_eq!(R.index_of(addr.wrapping_sub(64)), None);
-        assert_eq!(R.index_of(0), None);
+        assert_eq!(R.index_of(addr).map(|i| i.get()), Some(first.get()));
+        assert!(R.index_of(addr + 8).is_none(), "inside a slot is not a slot");
+        assert!(R.index_of(addr.wrapping_sub(64)).is_none());
+        assert!(R.index_of(0).is_none());
         R.get(first).a.store(7, Ordering::Relaxed);
         a.free(first);
         // The freed slot comes back only after QUARANTINE more frees, while fresh slots remain.
         let mut seen = Vec::new();
         for _ in 0..QUARANTINE + 7 {
             let i = a.alloc(&R).unwrap();
-            assert_ne!(i, first, "reused before the quarantine ran out");
+            assert_ne!(i.get(), first.get(), "reused before the quarantine ran out");
             seen.push(i);
         }
         // The region is now full: the oldest freed slot is handed out.
-        assert_eq!(a.alloc(&R).unwrap(), first);
+        assert_eq!(a.alloc(&R).unwrap().get(), first.get());
         assert_eq!(a.alloc(&R).err(), Some(Errno::ENOMEM));
         for i in seen {
             a.free(i);

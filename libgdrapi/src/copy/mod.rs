@@ -112,6 +112,7 @@ pub fn engines() -> Vec<Engine> {
 /// # Safety
 /// `dev_dst` is valid for `len` bytes of writes, `host_src` for `len` bytes of reads, and the
 /// two ranges do not overlap. Any alignment is accepted.
+#[inline]
 pub unsafe fn copy_to_mapping(kind: MappingKind, dev_dst: *mut u8, host_src: *const u8, len: usize) {
     if len == 0 {
         return;
@@ -134,6 +135,7 @@ pub unsafe fn copy_to_mapping(kind: MappingKind, dev_dst: *mut u8, host_src: *co
 /// # Safety
 /// `host_dst` is valid for `len` bytes of writes, `dev_src` for `len` bytes of reads, and the
 /// two ranges do not overlap. Any alignment is accepted.
+#[inline]
 pub unsafe fn copy_from_mapping(kind: MappingKind, host_dst: *mut u8, dev_src: *const u8, len: usize) {
     if len == 0 {
         return;
@@ -152,6 +154,7 @@ pub unsafe fn copy_from_mapping(kind: MappingKind, host_dst: *mut u8, dev_src: *
 }
 
 /// Store barrier the caller issues after a copy to a WC mapping: x86 SFENCE, arm64 DMB ST.
+#[inline(always)]
 pub fn store_fence() {
     #[cfg(target_arch = "x86_64")]
     x86::sfence();
@@ -163,6 +166,7 @@ pub fn store_fence() {
 
 /// Full barrier the caller issues when mappings of several types coexist: x86 MFENCE, arm64
 /// DMB SY.
+#[inline(always)]
 pub fn full_fence() {
     #[cfg(target_arch = "x86_64")]
     x86::mfence();
