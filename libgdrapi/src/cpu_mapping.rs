@@ -14,8 +14,11 @@ pub struct CpuMapping {
 
 impl CpuMapping {
     /// Whether `[p, p + n)` lies inside this mapping.
+    #[inline(always)]
     pub fn contains(&self, p: usize, n: usize) -> bool {
-        p >= self.addr && p.checked_add(n).is_some_and(|end| end <= self.addr + self.len)
+        // One subtraction covers p below the mapping (it wraps to a huge offset) and overflow.
+        let off = p.wrapping_sub(self.addr);
+        off <= self.len && n <= self.len - off
     }
 }
 
@@ -61,5 +64,24 @@ impl HostPage {
     /// `size` rounded up to whole host pages; None on overflow.
     pub fn round_up(&self, size: usize) -> Option<usize> {
         Some(size.checked_add(self.size - 1)? & self.mask())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contains_is_exact_at_the_edges_and_never_overflows() {
+        let m = CpuMapping { addr: 0x10000, len: 0x1000 };
+        assert!(m.contains(0x10000, 0x1000));
+        assert!(m.contains(0x10fff, 1));
+        assert!(m.contains(0x11000, 0), "empty range at the end");
+        assert!(!m.contains(0x10fff, 2));
+        assert!(!m.contains(0xffff, 1), "below the mapping");
+        assert!(!m.contains(0x11000, 1));
+        assert!(!m.contains(0x10001, usize::MAX), "length overflow");
+        assert!(!m.contains(usize::MAX, 2), "address overflow");
+        assert!(!m.contains(0, 0x10001));
     }
 }

@@ -112,7 +112,7 @@ pub fn engines() -> Vec<Engine> {
 /// # Safety
 /// `dev_dst` is valid for `len` bytes of writes, `host_src` for `len` bytes of reads, and the
 /// two ranges do not overlap. Any alignment is accepted.
-#[inline]
+#[inline(always)]
 pub unsafe fn copy_to_mapping(kind: MappingKind, dev_dst: *mut u8, host_src: *const u8, len: usize) {
     if len == 0 {
         return;
@@ -135,7 +135,7 @@ pub unsafe fn copy_to_mapping(kind: MappingKind, dev_dst: *mut u8, host_src: *co
 /// # Safety
 /// `host_dst` is valid for `len` bytes of writes, `dev_src` for `len` bytes of reads, and the
 /// two ranges do not overlap. Any alignment is accepted.
-#[inline]
+#[inline(always)]
 pub unsafe fn copy_from_mapping(kind: MappingKind, host_dst: *mut u8, dev_src: *const u8, len: usize) {
     if len == 0 {
         return;
