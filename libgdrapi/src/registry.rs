@@ -119,6 +119,36 @@ pub(crate) fn control() -> MutexGuard<'static, Tables> {
     CONTROL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+thread_local! {
+    /// The control lock held across a `fork` by the forking thread (see [`lock_across_fork`]).
+    static HELD_FOR_FORK: std::cell::RefCell<Option<MutexGuard<'static, Tables>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A fork copies only the calling thread: a lock another thread held at that moment would stay
+/// locked in the child forever, and the child's next `gdr_*` call would hang. So the forking
+/// thread takes the control lock before the fork and both sides release it afterwards; the child
+/// then finds the tables consistent (no control call was half done). Registered once, at the first
+/// `gdr_open`.
+fn lock_across_fork() {
+    extern "C" fn prepare() {
+        let g = control();
+        HELD_FOR_FORK.with(|h| *h.borrow_mut() = Some(g));
+    }
+    extern "C" fn release() {
+        HELD_FOR_FORK.with(|h| drop(h.borrow_mut().take()));
+    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: the handlers are plain functions of this library that only take or drop the
+        // control lock; glibc unregisters them when the library is unloaded.
+        let r = unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(release)) };
+        if r != 0 {
+            gdr_warn!("pthread_atfork failed ({r}): a fork during a control call may hang the child");
+        }
+    });
+}
+
 fn put<T>(v: &mut Vec<Option<T>>, i: usize, x: T) {
     if v.len() <= i {
         v.resize_with(i + 1, || None);
@@ -136,6 +166,7 @@ impl Tables {
     /// Registers a new instance; returns the `gdr_t` value.
     pub(crate) fn add_instance(&mut self, instance: Instance) -> Result<usize> {
         grace::init();
+        lock_across_fork();
         let i = self.instance_slots.alloc(&INSTANCES)?;
         let page = instance.page();
         let slot = INSTANCES.get(i);
