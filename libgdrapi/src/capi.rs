@@ -40,7 +40,13 @@ pub extern "C" fn gdr_open() -> GdrT {
     guard(
         std::ptr::null_mut(),
         |msg| gdr_err!("internal error in gdr_open: {msg}"),
-        || match Instance::open().and_then(|instance| registry::control().add_instance(instance)) {
+        || match {
+            // Opening runs under the control lock too, so every lock the library takes (the dma-buf
+            // backend's CUDA state among them) is held only inside it: a fork then never leaves one
+            // locked in the child (see `registry::lock_across_fork`).
+            let mut t = registry::control();
+            Instance::open().and_then(|instance| t.add_instance(instance))
+        } {
             Ok(g) => g as GdrT,
             Err(_) => std::ptr::null_mut(),
         },

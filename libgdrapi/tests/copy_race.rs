@@ -19,6 +19,7 @@ impl Gpu for GpuSim {
 }
 
 #[test]
+#[ignore = "needs /dev/gdrdrv + /dev/gpusim: runs in the VM (scripts/vmtest --suite 35-libgdrapi) or with --include-ignored"]
 fn copies_race_unmap_unpin_close_on_gdrdrv() {
     if !devices("copies_race_unmap_unpin_close_on_gdrdrv") {
         return;
