@@ -296,7 +296,15 @@ impl Instance {
                     }
                 }
             }
-            (Backend::DmaBuf(b), PinBackend::DmaBuf { pin: dp, .. }) => (b.map(dp, len, requested)?, dp.mapping_type),
+            (Backend::DmaBuf(b), PinBackend::DmaBuf { pin: dp, facts }) => {
+                // A real exporter's dma-buf covers exactly the pinned range, so the kernel refuses
+                // a longer mmap; say so ourselves rather than rely on every exporter checking.
+                if len as u64 > facts.mapped_size {
+                    gdr_err!("map of {len:#x} bytes exceeds the pinned range of {:#x} bytes", facts.mapped_size);
+                    return Err(Errno::EINVAL);
+                }
+                (b.map(dp, len, requested)?, dp.mapping_type)
+            }
             _ => return Err(Errno::EINVAL),
         };
         state.mapping = Some((m, t));

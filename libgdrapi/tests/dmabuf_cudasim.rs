@@ -169,6 +169,10 @@ fn dma_buf_backend_pins_maps_and_copies() {
         assert!(matches!(buf.map_as(SIZE, GDR_MAP_FLAG_REQ_CACHE_MAPPING), Err(Errno::EINVAL)));
         let unaligned = gdr.pin(dptr + 100, 4096).unwrap();
         assert!(matches!(unaligned.map_as(4096, GDR_MAP_FLAG_DEFAULT), Err(Errno::EINVAL)));
+        // More than was pinned: refused (a real exporter's dma-buf ends where the pin ends).
+        let small = gdr.pin(dptr, 1 << 16).unwrap();
+        assert!(matches!(small.map_as(2 << 16, GDR_MAP_FLAG_DEFAULT), Err(Errno::EINVAL)));
+        assert!(small.map_as(1 << 16, GDR_MAP_FLAG_DEFAULT).is_ok());
     }
 
     // The legacy gdr_get_info has no fd to talk to in this backend: EBADF, as upstream.
