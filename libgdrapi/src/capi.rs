@@ -1,5 +1,9 @@
 //! The `gdr_*` C ABI: exactly the 17 functions of gdrcopy 2.6, with upstream's signatures.
 //!
+//! Every function that dereferences a pointer it is given is an `unsafe extern "C" fn` (safe Rust
+//! cannot call it by accident with a bad pointer); `gdr_open`, `gdr_close`, `gdr_unpin_buffer` and
+//! `gdr_unmap` take only values the library validates itself, so they stay safe.
+//!
 //! Each function checks its pointers, looks its `gdr_t`/`gdr_mh_t` up in the registry, calls the
 //! core, and converts the result to upstream's convention (0 or a positive errno) inside
 //! [`boundary`], which also keeps panics from unwinding into C. Failure values per function are
@@ -40,15 +44,13 @@ pub extern "C" fn gdr_open() -> GdrT {
     guard(
         std::ptr::null_mut(),
         |msg| gdr_err!("internal error in gdr_open: {msg}"),
-        || match {
+        || {
             // Opening runs under the control lock too, so every lock the library takes (the dma-buf
             // backend's CUDA state among them) is held only inside it: a fork then never leaves one
             // locked in the child (see `registry::lock_across_fork`).
             let mut t = registry::control();
-            Instance::open().and_then(|instance| t.add_instance(instance))
-        } {
-            Ok(g) => g as GdrT,
-            Err(_) => std::ptr::null_mut(),
+            let opened = Instance::open().and_then(|instance| t.add_instance(instance));
+            opened.map_or(std::ptr::null_mut(), |g| g as GdrT)
         },
     )
 }
@@ -92,8 +94,12 @@ fn pin(g: GdrT, req: PinRequest, handle: *mut GdrMh) -> Result<()> {
     }
 }
 
+/// # Safety
+/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
+/// upstream ignores it) or valid for what this function reads or writes through it for the length
+/// of the call; handles and `gdr_t` values need not be valid (they are checked).
 #[unsafe(no_mangle)]
-pub extern "C" fn gdr_pin_buffer(
+pub unsafe extern "C" fn gdr_pin_buffer(
     g: GdrT,
     addr: c_ulong,
     size: usize,
@@ -104,8 +110,18 @@ pub extern "C" fn gdr_pin_buffer(
     boundary("gdr_pin_buffer", || pin(g, PinRequest { addr, size: size as u64, flags: 0, p2p_token, va_space }, handle))
 }
 
+/// # Safety
+/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
+/// upstream ignores it) or valid for what this function reads or writes through it for the length
+/// of the call; handles and `gdr_t` values need not be valid (they are checked).
 #[unsafe(no_mangle)]
-pub extern "C" fn gdr_pin_buffer_v2(g: GdrT, addr: c_ulong, size: usize, flags: u32, handle: *mut GdrMh) -> c_int {
+pub unsafe extern "C" fn gdr_pin_buffer_v2(
+    g: GdrT,
+    addr: c_ulong,
+    size: usize,
+    flags: u32,
+    handle: *mut GdrMh,
+) -> c_int {
     boundary("gdr_pin_buffer_v2", || {
         pin(g, PinRequest { addr, size: size as u64, flags, ..Default::default() }, handle)
     })
@@ -120,8 +136,12 @@ pub extern "C" fn gdr_unpin_buffer(g: GdrT, handle: GdrMh) -> c_int {
     })
 }
 
+/// # Safety
+/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
+/// upstream ignores it) or valid for what this function reads or writes through it for the length
+/// of the call; handles and `gdr_t` values need not be valid (they are checked).
 #[unsafe(no_mangle)]
-pub extern "C" fn gdr_get_callback_flag(g: GdrT, handle: GdrMh, flag: *mut c_int) -> c_int {
+pub unsafe extern "C" fn gdr_get_callback_flag(g: GdrT, handle: GdrMh, flag: *mut c_int) -> c_int {
     boundary("gdr_get_callback_flag", || {
         let flag = out(flag, "flag")?;
         let t = registry::control();
@@ -131,8 +151,12 @@ pub extern "C" fn gdr_get_callback_flag(g: GdrT, handle: GdrMh, flag: *mut c_int
     })
 }
 
+/// # Safety
+/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
+/// upstream ignores it) or valid for what this function reads or writes through it for the length
+/// of the call; handles and `gdr_t` values need not be valid (they are checked).
 #[unsafe(no_mangle)]
-pub extern "C" fn gdr_get_info_v2(g: GdrT, handle: GdrMh, info: *mut GdrInfoV2) -> c_int {
+pub unsafe extern "C" fn gdr_get_info_v2(g: GdrT, handle: GdrMh, info: *mut GdrInfoV2) -> c_int {
     boundary("gdr_get_info_v2", || {
         let info = out(info, "info")?;
         let t = registry::control();
@@ -154,8 +178,12 @@ pub extern "C" fn gdr_get_info_v2(g: GdrT, handle: GdrMh, info: *mut GdrInfoV2) 
 }
 
 /// The pre-2.4 entry point, kept for old binaries: fills the 40-byte `struct gdr_info`.
+/// # Safety
+/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
+/// upstream ignores it) or valid for what this function reads or writes through it for the length
+/// of the call; handles and `gdr_t` values need not be valid (they are checked).
 #[unsafe(no_mangle)]
-pub extern "C" fn gdr_get_info(g: GdrT, handle: GdrMh, info: *mut GdrInfoV1) -> c_int {
+pub unsafe extern "C" fn gdr_get_info(g: GdrT, handle: GdrMh, info: *mut GdrInfoV1) -> c_int {
     boundary("gdr_get_info", || {
         let info = out(info, "info")?;
         let t = registry::control();
@@ -164,8 +192,18 @@ pub extern "C" fn gdr_get_info(g: GdrT, handle: GdrMh, info: *mut GdrInfoV1) -> 
     })
 }
 
+/// # Safety
+/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
+/// upstream ignores it) or valid for what this function reads or writes through it for the length
+/// of the call; handles and `gdr_t` values need not be valid (they are checked).
 #[unsafe(no_mangle)]
-pub extern "C" fn gdr_map_v2(g: GdrT, handle: GdrMh, ptr_va: *mut *mut c_void, size: usize, flags: c_int) -> c_int {
+pub unsafe extern "C" fn gdr_map_v2(
+    g: GdrT,
+    handle: GdrMh,
+    ptr_va: *mut *mut c_void,
+    size: usize,
+    flags: c_int,
+) -> c_int {
     boundary("gdr_map_v2", || {
         let va = out(ptr_va, "va")?;
         let t = registry::control();
@@ -179,9 +217,14 @@ pub extern "C" fn gdr_map_v2(g: GdrT, handle: GdrMh, ptr_va: *mut *mut c_void, s
     })
 }
 
+/// # Safety
+/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
+/// upstream ignores it) or valid for what this function reads or writes through it for the length
+/// of the call; handles and `gdr_t` values need not be valid (they are checked).
 #[unsafe(no_mangle)]
-pub extern "C" fn gdr_map(g: GdrT, handle: GdrMh, va: *mut *mut c_void, size: usize) -> c_int {
-    gdr_map_v2(g, handle, va, size, crate::abi::GDR_MAP_FLAG_DEFAULT)
+pub unsafe extern "C" fn gdr_map(g: GdrT, handle: GdrMh, va: *mut *mut c_void, size: usize) -> c_int {
+    // SAFETY: forwarded; same contract.
+    unsafe { gdr_map_v2(g, handle, va, size, crate::abi::GDR_MAP_FLAG_DEFAULT) }
 }
 
 #[unsafe(no_mangle)]
@@ -252,8 +295,12 @@ fn null_host() -> Errno {
     Errno::EINVAL
 }
 
+/// # Safety
+/// `h_ptr` is valid for `size` bytes (read by `gdr_copy_to_mapping`, written by
+/// `gdr_copy_from_mapping`) and does not overlap the mapping; the handle and `map_d_ptr` need not be
+/// valid (a stale handle or a range outside the mapping is `EINVAL`).
 #[unsafe(no_mangle)]
-pub extern "C" fn gdr_copy_to_mapping(
+pub unsafe extern "C" fn gdr_copy_to_mapping(
     handle: GdrMh,
     map_d_ptr: *mut c_void,
     h_ptr: *const c_void,
@@ -262,8 +309,12 @@ pub extern "C" fn gdr_copy_to_mapping(
     copy("gdr_copy_to_mapping", handle, Direction::ToMapping, map_d_ptr, h_ptr, size)
 }
 
+/// # Safety
+/// `h_ptr` is valid for `size` bytes (read by `gdr_copy_to_mapping`, written by
+/// `gdr_copy_from_mapping`) and does not overlap the mapping; the handle and `map_d_ptr` need not be
+/// valid (a stale handle or a range outside the mapping is `EINVAL`).
 #[unsafe(no_mangle)]
-pub extern "C" fn gdr_copy_from_mapping(
+pub unsafe extern "C" fn gdr_copy_from_mapping(
     handle: GdrMh,
     h_ptr: *mut c_void,
     map_d_ptr: *const c_void,
@@ -272,8 +323,12 @@ pub extern "C" fn gdr_copy_from_mapping(
     copy("gdr_copy_from_mapping", handle, Direction::FromMapping, map_d_ptr, h_ptr, size)
 }
 
+/// # Safety
+/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
+/// upstream ignores it) or valid for what this function reads or writes through it for the length
+/// of the call; handles and `gdr_t` values need not be valid (they are checked).
 #[unsafe(no_mangle)]
-pub extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut c_int) {
+pub unsafe extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut c_int) {
     guard(
         (),
         |msg| gdr_err!("internal error in gdr_runtime_get_version: {msg}"),
@@ -289,8 +344,12 @@ pub extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut c_int) 
     )
 }
 
+/// # Safety
+/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
+/// upstream ignores it) or valid for what this function reads or writes through it for the length
+/// of the call; handles and `gdr_t` values need not be valid (they are checked).
 #[unsafe(no_mangle)]
-pub extern "C" fn gdr_driver_get_version(g: GdrT, major: *mut c_int, minor: *mut c_int) -> c_int {
+pub unsafe extern "C" fn gdr_driver_get_version(g: GdrT, major: *mut c_int, minor: *mut c_int) -> c_int {
     boundary("gdr_driver_get_version", || {
         let major = out(major, "major")?;
         let minor = out(minor, "minor")?;
@@ -301,8 +360,12 @@ pub extern "C" fn gdr_driver_get_version(g: GdrT, major: *mut c_int, minor: *mut
     })
 }
 
+/// # Safety
+/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
+/// upstream ignores it) or valid for what this function reads or writes through it for the length
+/// of the call; handles and `gdr_t` values need not be valid (they are checked).
 #[unsafe(no_mangle)]
-pub extern "C" fn gdr_get_attribute(g: GdrT, attr: c_int, v: *mut c_int) -> c_int {
+pub unsafe extern "C" fn gdr_get_attribute(g: GdrT, attr: c_int, v: *mut c_int) -> c_int {
     boundary("gdr_get_attribute", || {
         let v = out(v, "v")?;
         *v = 0;
@@ -311,8 +374,12 @@ pub extern "C" fn gdr_get_attribute(g: GdrT, attr: c_int, v: *mut c_int) -> c_in
     })
 }
 
+/// # Safety
+/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
+/// upstream ignores it) or valid for what this function reads or writes through it for the length
+/// of the call; handles and `gdr_t` values need not be valid (they are checked).
 #[unsafe(no_mangle)]
-pub extern "C" fn gdr_get_mapping_type_string(mapping_type: c_int, pstr: *mut *const c_char) -> c_int {
+pub unsafe extern "C" fn gdr_get_mapping_type_string(mapping_type: c_int, pstr: *mut *const c_char) -> c_int {
     boundary("gdr_get_mapping_type_string", || {
         let pstr = out(pstr, "pstr")?;
         let t = u32::try_from(mapping_type).ok().and_then(MappingType::from_raw).ok_or(Errno::EINVAL)?;

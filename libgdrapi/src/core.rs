@@ -57,11 +57,6 @@ impl Pin {
         }
     }
 
-    /// Whether this pin was unpinned (explicitly or by closing its instance).
-    pub fn is_unpinned(&self) -> bool {
-        self.read_state().unpinned
-    }
-
     /// The current CPU mapping, if any.
     pub fn mapping(&self) -> Option<(CpuMapping, MappingType)> {
         self.read_state().mapping

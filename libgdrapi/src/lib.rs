@@ -5,23 +5,28 @@
 //!   [`registry`] that turns C handles into core objects;
 //! - [`safe`]: the Rust API ([`Gdr`], [`PinnedBuffer`], [`Mapping`]);
 //! - [`core`]: instances, pins, mappings, copies and fences;
-//! - [`backend`]: gdrdrv ioctls or CUDA dma-buf export; [`copy`]: the copy engines;
-//!   [`cpu_mapping`]: mmap/munmap.
+//! - `backend`: gdrdrv ioctls or CUDA dma-buf export; `copy`: the copy engines; `cpu_mapping`:
+//!   mmap/munmap. These are private: the C ABI and the safe API are the only ways in (the copy
+//!   benchmark reaches the engines through the `bench-internals` feature).
 
 #[macro_use]
 mod log;
 
 pub mod abi;
-pub mod backend;
+pub(crate) mod backend;
 pub mod capi;
+#[cfg(feature = "bench-internals")]
 pub mod copy;
-pub mod core;
-pub mod cpu_mapping;
+#[cfg(not(feature = "bench-internals"))]
+pub(crate) mod copy;
+pub(crate) mod core;
+pub(crate) mod cpu_mapping;
 mod grace;
 mod registry;
 pub mod safe;
 mod slab;
 
 pub use abi::MappingType;
+pub use backend::PinFacts;
 pub use gpudirect_common::{Errno, Result};
 pub use safe::{Attribute, Gdr, Mapping, PinnedBuffer};

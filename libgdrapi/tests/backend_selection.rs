@@ -22,12 +22,14 @@ fn child_with(value: &'static str) -> Exit {
             // A dma-buf capable libcuda was found: it must be that backend, not gdrdrv.
             assert_eq!(attribute(g, GDR_ATTR_USING_DMA_BUF_MMAP), Ok(1));
             let (mut ma, mut mi) = (0, 0);
-            assert_eq!(capi::gdr_driver_get_version(g, &mut ma, &mut mi), libc::EBADF);
+            // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+            assert_eq!(unsafe { capi::gdr_driver_get_version(g, &mut ma, &mut mi) }, libc::EBADF);
         } else {
             assert!(!g.is_null(), "gdr_open failed with GDRCOPY_USE_DMABUF_MMAP={value:?}");
             assert_eq!(attribute(g, GDR_ATTR_USING_DMA_BUF_MMAP), Ok(0), "value {value:?} must not force dma-buf");
             let (mut ma, mut mi) = (0, 0);
-            assert_eq!(capi::gdr_driver_get_version(g, &mut ma, &mut mi), 0);
+            // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+            assert_eq!(unsafe { capi::gdr_driver_get_version(g, &mut ma, &mut mi) }, 0);
         }
         assert_eq!(capi::gdr_close(g), 0);
         0

@@ -24,11 +24,14 @@ fn bogus_handles() -> Vec<GdrMh> {
 #[test]
 fn runtime_version_is_2_6_and_tolerates_null() {
     let (mut ma, mut mi) = (-1, -1);
-    capi::gdr_runtime_get_version(&mut ma, &mut mi);
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    unsafe { capi::gdr_runtime_get_version(&mut ma, &mut mi) };
     assert_eq!((ma, mi), (2, 6));
-    capi::gdr_runtime_get_version(std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    unsafe { capi::gdr_runtime_get_version(std::ptr::null_mut(), std::ptr::null_mut()) };
     mi = -1;
-    capi::gdr_runtime_get_version(std::ptr::null_mut(), &mut mi);
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    unsafe { capi::gdr_runtime_get_version(std::ptr::null_mut(), &mut mi) };
     assert_eq!(mi, 6);
 }
 
@@ -36,17 +39,20 @@ fn runtime_version_is_2_6_and_tolerates_null() {
 fn mapping_type_strings() {
     for (t, name) in [(0, "None"), (1, "Write Combining"), (2, "Caching"), (3, "Device")] {
         let mut p: *const c_char = std::ptr::null();
-        assert_eq!(capi::gdr_get_mapping_type_string(t, &mut p), 0);
+        // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+        assert_eq!(unsafe { capi::gdr_get_mapping_type_string(t, &mut p) }, 0);
         // SAFETY: on success the library stores a pointer to a static NUL-terminated string.
         assert_eq!(unsafe { CStr::from_ptr(p) }.to_str().unwrap(), name);
     }
     for bad in [4, -1, 5, c_int::MAX, c_int::MIN] {
         let sentinel = c"untouched".as_ptr();
         let mut p = sentinel;
-        assert_eq!(capi::gdr_get_mapping_type_string(bad, &mut p), EINVAL, "type {bad}");
+        // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+        assert_eq!(unsafe { capi::gdr_get_mapping_type_string(bad, &mut p) }, EINVAL, "type {bad}");
         assert_eq!(p, sentinel);
     }
-    assert_eq!(capi::gdr_get_mapping_type_string(1, std::ptr::null_mut()), EINVAL);
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_get_mapping_type_string(1, std::ptr::null_mut()) }, EINVAL);
 }
 
 #[test]
@@ -55,30 +61,40 @@ fn every_function_rejects_a_bad_instance() {
         for h in bogus_handles() {
             let mut out = GdrMh { h: 0x5a5a };
             assert_eq!(capi::gdr_close(g), EINVAL);
-            assert_eq!(capi::gdr_pin_buffer(g, 0x10000, 0x10000, 0, 0, &mut out), EINVAL);
-            assert_eq!(capi::gdr_pin_buffer_v2(g, 0x10000, 0x10000, 1, &mut out), EINVAL);
+            // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+            assert_eq!(unsafe { capi::gdr_pin_buffer(g, 0x10000, 0x10000, 0, 0, &mut out) }, EINVAL);
+            // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+            assert_eq!(unsafe { capi::gdr_pin_buffer_v2(g, 0x10000, 0x10000, 1, &mut out) }, EINVAL);
             assert_eq!(out.h, 0x5a5a, "handle written on failure");
             assert_eq!(capi::gdr_unpin_buffer(g, h), EINVAL);
             let mut flag = 77;
-            assert_eq!(capi::gdr_get_callback_flag(g, h, &mut flag), EINVAL);
+            // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+            assert_eq!(unsafe { capi::gdr_get_callback_flag(g, h, &mut flag) }, EINVAL);
             assert_eq!(flag, 77);
             let mut info = GdrInfoV2 { va: 0xabc, ..Default::default() };
-            assert_eq!(capi::gdr_get_info_v2(g, h, &mut info), EINVAL);
+            // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+            assert_eq!(unsafe { capi::gdr_get_info_v2(g, h, &mut info) }, EINVAL);
             assert_eq!(info.va, 0xabc);
             let mut info1 = GdrInfoV1 { va: 0xabc, ..Default::default() };
-            assert_eq!(capi::gdr_get_info(g, h, &mut info1), EINVAL);
+            // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+            assert_eq!(unsafe { capi::gdr_get_info(g, h, &mut info1) }, EINVAL);
             assert_eq!(info1.va, 0xabc);
             let mut va = 0x1234 as *mut c_void;
-            assert_eq!(capi::gdr_map(g, h, &mut va, 0x10000), EINVAL);
-            assert_eq!(capi::gdr_map_v2(g, h, &mut va, 0x10000, 1), EINVAL);
-            assert_eq!(capi::gdr_map_v2(g, h, &mut va, 0x10000, 42), EINVAL);
+            // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+            assert_eq!(unsafe { capi::gdr_map(g, h, &mut va, 0x10000) }, EINVAL);
+            // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+            assert_eq!(unsafe { capi::gdr_map_v2(g, h, &mut va, 0x10000, 1) }, EINVAL);
+            // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+            assert_eq!(unsafe { capi::gdr_map_v2(g, h, &mut va, 0x10000, 42) }, EINVAL);
             assert_eq!(va, 0x1234 as *mut c_void);
             assert_eq!(capi::gdr_unmap(g, h, 0x10000 as *mut c_void, 0x10000), EINVAL);
             let (mut ma, mut mi) = (77, 77);
-            assert_eq!(capi::gdr_driver_get_version(g, &mut ma, &mut mi), EINVAL);
+            // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+            assert_eq!(unsafe { capi::gdr_driver_get_version(g, &mut ma, &mut mi) }, EINVAL);
             assert_eq!((ma, mi), (77, 77));
             let mut v = 77;
-            assert_eq!(capi::gdr_get_attribute(g, GDR_ATTR_USE_PERSISTENT_MAPPING, &mut v), EINVAL);
+            // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+            assert_eq!(unsafe { capi::gdr_get_attribute(g, GDR_ATTR_USE_PERSISTENT_MAPPING, &mut v) }, EINVAL);
             assert_eq!(v, 0, "gdr_get_attribute writes *v = 0 first, as upstream");
         }
     }
@@ -88,15 +104,24 @@ fn every_function_rejects_a_bad_instance() {
 fn null_out_pointers_are_einval() {
     let g = std::ptr::null_mut();
     let h = GdrMh { h: 0 };
-    assert_eq!(capi::gdr_pin_buffer(g, 0x10000, 1, 0, 0, std::ptr::null_mut()), EINVAL);
-    assert_eq!(capi::gdr_pin_buffer_v2(g, 0x10000, 1, 0, std::ptr::null_mut()), EINVAL);
-    assert_eq!(capi::gdr_get_callback_flag(g, h, std::ptr::null_mut()), EINVAL);
-    assert_eq!(capi::gdr_get_info_v2(g, h, std::ptr::null_mut()), EINVAL);
-    assert_eq!(capi::gdr_get_info(g, h, std::ptr::null_mut()), EINVAL);
-    assert_eq!(capi::gdr_map(g, h, std::ptr::null_mut(), 1), EINVAL);
-    assert_eq!(capi::gdr_map_v2(g, h, std::ptr::null_mut(), 1, 0), EINVAL);
-    assert_eq!(capi::gdr_get_attribute(g, 1, std::ptr::null_mut()), EINVAL);
-    assert_eq!(capi::gdr_driver_get_version(g, std::ptr::null_mut(), std::ptr::null_mut()), EINVAL);
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_pin_buffer(g, 0x10000, 1, 0, 0, std::ptr::null_mut()) }, EINVAL);
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_pin_buffer_v2(g, 0x10000, 1, 0, std::ptr::null_mut()) }, EINVAL);
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_get_callback_flag(g, h, std::ptr::null_mut()) }, EINVAL);
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_get_info_v2(g, h, std::ptr::null_mut()) }, EINVAL);
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_get_info(g, h, std::ptr::null_mut()) }, EINVAL);
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_map(g, h, std::ptr::null_mut(), 1) }, EINVAL);
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_map_v2(g, h, std::ptr::null_mut(), 1, 0) }, EINVAL);
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_get_attribute(g, 1, std::ptr::null_mut()) }, EINVAL);
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_driver_get_version(g, std::ptr::null_mut(), std::ptr::null_mut()) }, EINVAL);
 }
 
 #[test]
@@ -105,10 +130,21 @@ fn copies_with_a_bad_handle_touch_nothing() {
     let mut dev = [0x22u8; 64];
     for h in bogus_handles() {
         for n in [0, 1, 64] {
-            assert_eq!(capi::gdr_copy_to_mapping(h, dev.as_mut_ptr().cast(), host.as_ptr().cast(), n), EINVAL);
-            assert_eq!(capi::gdr_copy_from_mapping(h, host.as_mut_ptr().cast(), dev.as_ptr().cast(), n), EINVAL);
+            // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+            assert_eq!(
+                // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+                unsafe { capi::gdr_copy_to_mapping(h, dev.as_mut_ptr().cast(), host.as_ptr().cast(), n) },
+                EINVAL
+            );
+            // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+            assert_eq!(
+                // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+                unsafe { capi::gdr_copy_from_mapping(h, host.as_mut_ptr().cast(), dev.as_ptr().cast(), n) },
+                EINVAL
+            );
         }
-        assert_eq!(capi::gdr_copy_to_mapping(h, std::ptr::null_mut(), std::ptr::null(), 16), EINVAL);
+        // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+        assert_eq!(unsafe { capi::gdr_copy_to_mapping(h, std::ptr::null_mut(), std::ptr::null(), 16) }, EINVAL);
     }
     assert!(host.iter().all(|&b| b == 0x11) && dev.iter().all(|&b| b == 0x22));
 }
@@ -183,7 +219,8 @@ fn live_instance_rejects_bogus_handles_and_attributes() {
     }
     assert_eq!(attribute(g, GDR_ATTR_USING_DMA_BUF_MMAP), Ok(0));
     let (mut ma, mut mi) = (0, 0);
-    assert_eq!(capi::gdr_driver_get_version(g, &mut ma, &mut mi), 0);
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_driver_get_version(g, &mut ma, &mut mi) }, 0);
     assert_eq!((ma, mi), (2, 6), "driver version");
     // gdrdrv refuses GPU address 0.
     assert_eq!(pin(g, 0, GPU_PAGE).err(), Some(EINVAL));

@@ -134,9 +134,10 @@ fn dma_buf_backend_pins_maps_and_copies() {
     let dptr = cuda.alloc(SIZE);
     {
         let buf = gdr.pin(dptr, SIZE as u64).unwrap();
-        let page = gdrapi::cpu_mapping::HostPage::get();
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
         let info = buf.info().unwrap();
-        assert_eq!((info.va, info.mapped_size, info.page_size as usize), (dptr, SIZE as u64, page.size));
+        assert_eq!((info.va, info.mapped_size, info.page_size as usize), (dptr, SIZE as u64, page));
         assert_eq!((info.tm_cycles, info.cycles_per_ms), (0, 0));
         assert_eq!(info.mapping_type, MappingType::None);
         assert_eq!(buf.invalidated(), Ok(false));
@@ -179,9 +180,11 @@ fn dma_buf_backend_pins_maps_and_copies() {
     let g = capi::gdr_open();
     assert!(!g.is_null());
     let mut mh = GdrMh { h: 0 };
-    assert_eq!(capi::gdr_pin_buffer_v2(g, dptr as _, SIZE, 0, &mut mh), 0);
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_pin_buffer_v2(g, dptr as _, SIZE, 0, &mut mh) }, 0);
     let mut v1 = GdrInfoV1::default();
-    assert_eq!(capi::gdr_get_info(g, mh, &mut v1), libc_ebadf());
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_get_info(g, mh, &mut v1) }, libc_ebadf());
     assert_eq!(capi::gdr_close(g), 0);
     cuda.free(dptr);
 }
@@ -221,17 +224,26 @@ fn dma_buf_many_threads_one_instance() {
                 let g = g as capi::GdrT;
                 for round in 0..2000 {
                     let mut mh = GdrMh { h: 0 };
-                    assert_eq!(capi::gdr_pin_buffer_v2(g, dptr as _, BUF, 0, &mut mh), 0, "pin t{t} r{round}");
+                    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+                    assert_eq!(
+                        // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+                        unsafe { capi::gdr_pin_buffer_v2(g, dptr as _, BUF, 0, &mut mh) },
+                        0,
+                        "pin t{t} r{round}"
+                    );
                     let mut va = std::ptr::null_mut();
-                    assert_eq!(capi::gdr_map(g, mh, &mut va, BUF), 0, "map t{t} r{round}");
+                    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+                    assert_eq!(unsafe { capi::gdr_map(g, mh, &mut va, BUF) }, 0, "map t{t} r{round}");
                     let data = pattern((t * 7 + round) as u8, 256);
                     assert_eq!(
-                        capi::gdr_copy_to_mapping(mh, va, data.as_ptr().cast(), data.len()),
+                        // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+                        unsafe { capi::gdr_copy_to_mapping(mh, va, data.as_ptr().cast(), data.len()) },
                         0,
                         "copy t{t} r{round}"
                     );
                     let mut back = vec![0u8; data.len()];
-                    assert_eq!(capi::gdr_copy_from_mapping(mh, back.as_mut_ptr().cast(), va, back.len()), 0);
+                    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+                    assert_eq!(unsafe { capi::gdr_copy_from_mapping(mh, back.as_mut_ptr().cast(), va, back.len()) }, 0);
                     assert_eq!(back, data, "t{t} r{round}");
                     assert_eq!(capi::gdr_unmap(g, mh, va, BUF), 0, "unmap t{t} r{round}");
                     assert_eq!(capi::gdr_unpin_buffer(g, mh), 0, "unpin t{t} r{round}");

@@ -53,7 +53,8 @@ fn info_reports_rounded_ranges() {
     #[repr(C, align(8))]
     struct Raw([u8; 48]);
     let mut raw = Raw([0xee; 48]);
-    assert_eq!(capi::gdr_get_info(g, h, (&raw mut raw).cast()), 0);
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_get_info(g, h, (&raw mut raw).cast()) }, 0);
     let raw_bytes = |r: &Raw| r.0;
     let b = raw_bytes(&raw);
     assert!(b[40..].iter().all(|&x| x == 0xee), "gdr_get_info wrote past 40 bytes");
@@ -61,11 +62,13 @@ fn info_reports_rounded_ranges() {
     assert_eq!(u64::from_ne_bytes(b[8..16].try_into().unwrap()), 2 * GPU_PAGE as u64);
     assert_eq!(b[36] & 3, 0, "v1 bits: not mapped");
     let va = map(g, h, 2 * GPU_PAGE, 0).unwrap();
-    assert_eq!(capi::gdr_get_info(g, h, (&raw mut raw).cast()), 0);
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_get_info(g, h, (&raw mut raw).cast()) }, 0);
     assert_eq!(raw_bytes(&raw)[36] & 3, 3, "v1 bits: mapped, write-combined");
     // Foreign bits of the bit-field unit are preserved, as upstream (it assigns only two bits).
     let mut i = GdrInfoV2 { flag_bits: 0xf0, ..Default::default() };
-    assert_eq!(capi::gdr_get_info_v2(g, h, &mut i), 0);
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_get_info_v2(g, h, &mut i) }, 0);
     assert_eq!(i.flag_bits, 0xf3);
     assert_eq!(i.mapping_type, MappingType::WriteCombined as u32);
     assert_eq!(capi::gdr_unmap(g, h, va.cast(), 2 * GPU_PAGE), 0);
@@ -108,7 +111,8 @@ fn mapping_types_on_this_platform() {
     // Force-PCIe pins work exactly when the driver says it supports them.
     let force = attribute(g, GDR_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE).unwrap();
     let mut hf = GdrMh { h: 0 };
-    let rc = capi::gdr_pin_buffer_v2(g, mem.va as _, GPU_PAGE, GDR_PIN_FLAG_FORCE_PCIE, &mut hf);
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    let rc = unsafe { capi::gdr_pin_buffer_v2(g, mem.va as _, GPU_PAGE, GDR_PIN_FLAG_FORCE_PCIE, &mut hf) };
     assert_eq!(rc, if force != 0 { 0 } else { EINVAL }, "FORCE_PCIE with attribute {force}");
     if rc == 0 {
         let va = map(g, hf, GPU_PAGE, 0).unwrap();
@@ -191,7 +195,8 @@ fn copies_match_the_gpu_view_at_many_sizes_and_offsets() {
     // SAFETY: size - 16 is inside the mapping; the library refuses the copy before touching it.
     assert_eq!(copy_to(h, unsafe { va.add(size - 16) }, &buf), EINVAL);
     assert_eq!(copy_to(h, va.wrapping_sub(1), &buf[..1]), EINVAL);
-    assert_eq!(capi::gdr_copy_to_mapping(h, va.cast(), std::ptr::null(), 8), EINVAL);
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_copy_to_mapping(h, va.cast(), std::ptr::null(), 8) }, EINVAL);
     assert_eq!(copy_to(h, va, &[]), 0, "size 0 is a no-op");
     // Unmap needs the mapping's own address and size; copies after it are refused.
     assert_eq!(capi::gdr_unmap(g, h, va.wrapping_add(4096).cast(), size - 4096), EINVAL);

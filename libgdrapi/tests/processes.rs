@@ -33,7 +33,8 @@ fn fork_child_cannot_use_parent_handles() {
         assert_eq!(pin(g, mem.va, GPU_PAGE).err(), Some(EACCES), "pin through the parent's gdr_t");
         assert_eq!(attribute(g, GDR_ATTR_USE_PERSISTENT_MAPPING), Err(EACCES), "get_attribute");
         let (mut ma, mut mi) = (0, 0);
-        assert_eq!(capi::gdr_driver_get_version(g, &mut ma, &mut mi), EACCES, "driver version");
+        // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+        assert_eq!(unsafe { capi::gdr_driver_get_version(g, &mut ma, &mut mi) }, EACCES, "driver version");
         assert_eq!(capi::gdr_unpin_buffer(g, h2), EACCES, "unpin of the parent's pin");
         0
     });

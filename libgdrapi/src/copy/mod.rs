@@ -23,6 +23,10 @@
 //! Engine choice is made once per process (`select.rs`, which also explains why AVX-512 is not
 //! selected); the per-call split into head, line bulk and tail is the pure function [`plan_wc`].
 
+// The engine table (`engines`, `Engine::width`, the raw kind values) serves the benchmark (feature
+// `bench-internals`) and the unit tests; the library itself only dispatches.
+#![cfg_attr(not(feature = "bench-internals"), allow(dead_code))]
+
 mod aligned;
 #[cfg(target_arch = "aarch64")]
 mod arm;

@@ -215,7 +215,8 @@ pub fn open() -> GdrT {
 
 pub fn pin(g: GdrT, addr: u64, size: usize) -> Result<GdrMh, i32> {
     let mut h = GdrMh { h: 0 };
-    match capi::gdr_pin_buffer(g, addr as _, size, 0, 0, &mut h) {
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    match unsafe { capi::gdr_pin_buffer(g, addr as _, size, 0, 0, &mut h) } {
         0 => Ok(h),
         e => Err(e),
     }
@@ -223,7 +224,8 @@ pub fn pin(g: GdrT, addr: u64, size: usize) -> Result<GdrMh, i32> {
 
 pub fn map(g: GdrT, h: GdrMh, size: usize, flags: c_int) -> Result<*mut u8, i32> {
     let mut va: *mut c_void = std::ptr::null_mut();
-    match capi::gdr_map_v2(g, h, &mut va, size, flags) {
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    match unsafe { capi::gdr_map_v2(g, h, &mut va, size, flags) } {
         0 => Ok(va.cast()),
         e => Err(e),
     }
@@ -231,7 +233,8 @@ pub fn map(g: GdrT, h: GdrMh, size: usize, flags: c_int) -> Result<*mut u8, i32>
 
 pub fn info(g: GdrT, h: GdrMh) -> Result<GdrInfoV2, i32> {
     let mut i = GdrInfoV2::default();
-    match capi::gdr_get_info_v2(g, h, &mut i) {
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    match unsafe { capi::gdr_get_info_v2(g, h, &mut i) } {
         0 => Ok(i),
         e => Err(e),
     }
@@ -239,7 +242,8 @@ pub fn info(g: GdrT, h: GdrMh) -> Result<GdrInfoV2, i32> {
 
 pub fn attribute(g: GdrT, attr: c_int) -> Result<c_int, i32> {
     let mut v = -1;
-    match capi::gdr_get_attribute(g, attr, &mut v) {
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    match unsafe { capi::gdr_get_attribute(g, attr, &mut v) } {
         0 => Ok(v),
         e => Err(e),
     }
@@ -247,18 +251,21 @@ pub fn attribute(g: GdrT, attr: c_int) -> Result<c_int, i32> {
 
 pub fn callback_flag(g: GdrT, h: GdrMh) -> Result<c_int, i32> {
     let mut f = -1;
-    match capi::gdr_get_callback_flag(g, h, &mut f) {
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    match unsafe { capi::gdr_get_callback_flag(g, h, &mut f) } {
         0 => Ok(f),
         e => Err(e),
     }
 }
 
 pub fn copy_to(h: GdrMh, dst: *mut u8, src: &[u8]) -> i32 {
-    capi::gdr_copy_to_mapping(h, dst.cast(), src.as_ptr().cast(), src.len())
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    unsafe { capi::gdr_copy_to_mapping(h, dst.cast(), src.as_ptr().cast(), src.len()) }
 }
 
 pub fn copy_from(h: GdrMh, dst: &mut [u8], src: *const u8) -> i32 {
-    capi::gdr_copy_from_mapping(h, dst.as_mut_ptr().cast(), src.cast(), dst.len())
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    unsafe { capi::gdr_copy_from_mapping(h, dst.as_mut_ptr().cast(), src.cast(), dst.len()) }
 }
 
 /// Whether gdrdrv runs in persistent mode (its default): no free callbacks then.

@@ -103,9 +103,11 @@ fn open() -> GdrT {
 /// Pins and maps `va`; publishes the handle into `e`.
 fn publish(g: GdrT, va: u64, e: &Entry) {
     let mut mh = GdrMh { h: 0 };
-    assert_eq!(capi::gdr_pin_buffer(g, va as _, BUF, 0, 0, &mut mh), 0, "pin");
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_pin_buffer(g, va as _, BUF, 0, 0, &mut mh) }, 0, "pin");
     let mut p = std::ptr::null_mut();
-    assert_eq!(capi::gdr_map(g, mh, &mut p, BUF), 0, "map");
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_map(g, mh, &mut p, BUF) }, 0, "map");
     e.va.store(p as usize, Ordering::Relaxed);
     e.len.store(BUF, Ordering::Relaxed);
     e.h.store(mh.h, Ordering::Release);
@@ -142,10 +144,12 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
                     let n = 1 + rng.below((len - off).min(8192));
                     let dev = (va + off) as *mut c_void;
                     let rc = if rng.next() & 1 == 0 {
-                        capi::gdr_copy_to_mapping(h, dev, src.as_ptr().cast(), n)
+                        // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+                        unsafe { capi::gdr_copy_to_mapping(h, dev, src.as_ptr().cast(), n) }
                     } else {
                         dst[..n].fill(0);
-                        let rc = capi::gdr_copy_from_mapping(h, dst.as_mut_ptr().cast(), dev, n);
+                        // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+                        let rc = unsafe { capi::gdr_copy_from_mapping(h, dst.as_mut_ptr().cast(), dev, n) };
                         if rc == 0 {
                             assert!(
                                 !dst[..n].contains(&CANARY),
@@ -218,15 +222,18 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
                     let gg = g.load(Ordering::Relaxed) as GdrT;
                     let mut mh = GdrMh { h: 0 };
                     // The instance may be closed under us by the control thread: then EINVAL.
-                    if capi::gdr_pin_buffer(gg, va as _, BUF, 0, 0, &mut mh) != 0 {
+                    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+                    if unsafe { capi::gdr_pin_buffer(gg, va as _, BUF, 0, 0, &mut mh) } != 0 {
                         gpu.free(va);
                         continue;
                     }
                     let mut p = std::ptr::null_mut();
-                    let mapped = capi::gdr_map(gg, mh, &mut p, BUF) == 0;
+                    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+                    let mapped = unsafe { capi::gdr_map(gg, mh, &mut p, BUF) } == 0;
                     gpu.free(va);
                     let mut flag = -1;
-                    if capi::gdr_get_callback_flag(gg, mh, &mut flag) == 0 {
+                    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+                    if unsafe { capi::gdr_get_callback_flag(gg, mh, &mut flag) } == 0 {
                         assert_eq!(flag, 1, "the free callback did not mark the handle");
                         stats.lock().unwrap().invalidations += 1;
                     }
