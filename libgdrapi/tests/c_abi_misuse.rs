@@ -130,13 +130,11 @@ fn copies_with_a_bad_handle_touch_nothing() {
     let mut dev = [0x22u8; 64];
     for h in bogus_handles() {
         for n in [0, 1, 64] {
-            // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
             assert_eq!(
                 // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
                 unsafe { capi::gdr_copy_to_mapping(h, dev.as_mut_ptr().cast(), host.as_ptr().cast(), n) },
                 EINVAL
             );
-            // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
             assert_eq!(
                 // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
                 unsafe { capi::gdr_copy_from_mapping(h, host.as_mut_ptr().cast(), dev.as_ptr().cast(), n) },

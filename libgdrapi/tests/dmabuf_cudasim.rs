@@ -224,7 +224,6 @@ fn dma_buf_many_threads_one_instance() {
                 let g = g as capi::GdrT;
                 for round in 0..2000 {
                     let mut mh = GdrMh { h: 0 };
-                    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
                     assert_eq!(
                         // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
                         unsafe { capi::gdr_pin_buffer_v2(g, dptr as _, BUF, 0, &mut mh) },

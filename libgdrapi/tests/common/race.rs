@@ -124,6 +124,9 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
         publish(g.load(Ordering::Relaxed) as GdrT, va, e);
     }
     let stop = AtomicBool::new(false);
+    // Held from an unmap until its canary is in place, and around the free-callback thread's own
+    // gdr_map: otherwise that map may legitimately land on the range just freed.
+    let va_lock = Mutex::new(());
     let (ok, einval) = (AtomicU64::new(0), AtomicU64::new(0));
     let stats = Mutex::new(Stats::default());
     let deadline = Instant::now() + duration;
@@ -169,7 +172,7 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
 
         // Control: unmap (canary at the freed range), unpin, re-pin, re-map; sometimes close all.
         {
-            let (table, stop, stats, g, gpu_bufs) = (&table, &stop, &stats, &g, &gpu_bufs);
+            let (table, stop, stats, g, gpu_bufs, va_lock) = (&table, &stop, &stats, &g, &gpu_bufs, &va_lock);
             s.spawn(move || {
                 let _stop = StopOnExit(stop);
                 let mut rng = Rng::new(77);
@@ -194,8 +197,10 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
                     let e = &table[i];
                     let mh = GdrMh { h: e.h.load(Ordering::Relaxed) };
                     let (va, len) = (e.va.load(Ordering::Relaxed), e.len.load(Ordering::Relaxed));
+                    let held = va_lock.lock().unwrap();
                     assert_eq!(capi::gdr_unmap(gg, mh, va as *mut c_void, len), 0, "unmap");
                     canaries.push(map_canary(va, len));
+                    drop(held);
                     assert_eq!(capi::gdr_unpin_buffer(gg, mh), 0, "unpin");
                     publish(gg, gpu_bufs[i], e);
                     stats.lock().unwrap().unmaps += 1;
@@ -214,7 +219,7 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
 
         // Free callbacks on buffers no copier touches.
         if free_callbacks {
-            let (stop, stats, g) = (&stop, &stats, &g);
+            let (stop, stats, g, va_lock) = (&stop, &stats, &g, &va_lock);
             s.spawn(move || {
                 let _stop = StopOnExit(stop);
                 while !stop.load(Ordering::Relaxed) {
@@ -228,8 +233,10 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
                         continue;
                     }
                     let mut p = std::ptr::null_mut();
-                    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+                    let held = va_lock.lock().unwrap();
+                    // SAFETY: pointers to live locals of this test.
                     let mapped = unsafe { capi::gdr_map(gg, mh, &mut p, BUF) } == 0;
+                    drop(held);
                     gpu.free(va);
                     let mut flag = -1;
                     // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
