@@ -6,7 +6,8 @@
 # runs its dma-buf backend and libgdsync posts to cudasim streams. No device needed.
 #   compat-tests/fuzz/run.sh [--seed=N] [--ops=N]     (defaults: random seed, 100000 operations)
 # Env: NO_BUILD=1 skips cargo build; CAPI_FUZZ_SEED / CAPI_FUZZ_OPS as the options;
-# CAPI_FUZZ_STRICT=1 also fails on the known, reported bugs capi_fuzz.c lists.
+# The two bugs it first reported (oversize gdr_map on dma-buf, fork children deadlocking) are
+# fixed, so every finding fails the run.
 # Prints the seed first; exits non-zero on any failed check, sanitizer report or leak.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -42,15 +43,12 @@ gcc -std=gnu11 -Wall -Wextra -Werror -O1 -g -pthread -I"$top/include" \
     "$here/fork_locks.c" -o "$out/fork_locks" -L"$out/lib" -lgdrapi
 # The dma-buf backend over cudasim's memfd exports; gdrdrv is never used even where it exists.
 # ASan's leak check covers the C side; the libraries' allocations are Rust's (same allocator).
-# Known, reported, not yet fixed elsewhere (see capi_fuzz.c); CAPI_FUZZ_STRICT=1 fails on it.
-known=(--allow-known-oversize-map)
-[ -n "${CAPI_FUZZ_STRICT:-}" ] && known=()
 t0=$SECONDS
 env -u GDRCOPY_ENABLE_LOGGING LD_LIBRARY_PATH="$out/lib" CUDASIM_BACKEND=host CUDASIM_DMABUF=1 \
     CUDASIM_DRIVER_VERSION=13030 GDRCOPY_USE_DMABUF_MMAP=1 CUDASIM_WAIT_TIMEOUT_MS=5000 \
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    timeout 600 "$out/capi_fuzz" --seed="$seed" --ops="$ops" "${known[@]}"
+    timeout 600 "$out/capi_fuzz" --seed="$seed" --ops="$ops"
 echo "capi_fuzz: $((SECONDS - t0)) s"
 
 # fork while another thread is inside libgdrapi: the child must not deadlock.
@@ -60,11 +58,7 @@ env -u GDRCOPY_ENABLE_LOGGING LD_LIBRARY_PATH="$out/lib" CUDASIM_BACKEND=host CU
     CUDASIM_DRIVER_VERSION=13030 GDRCOPY_USE_DMABUF_MMAP=1 \
     timeout 600 "$out/fork_locks" --children=50 || rc=$?
 echo "fork_locks: $((SECONDS - t0)) s"
-if [ "$rc" = 10 ] && [ -z "${CAPI_FUZZ_STRICT:-}" ]; then
-    # Known: libgdrapi's registry locks are plain mutexes without fork handlers; a child forked
-    # while another thread holds one blocks forever. Reported to the libgdrapi owner (issue 13).
-    echo "fork_locks: KNOWN BUG: fork children of a multi-threaded libgdrapi user can deadlock"
-elif [ "$rc" != 0 ]; then
+if [ "$rc" != 0 ]; then
     echo "fork_locks: FAIL (exit $rc)"
     exit 1
 fi

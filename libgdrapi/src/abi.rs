@@ -69,18 +69,8 @@ pub struct GdrMh {
     pub h: c_ulong,
 }
 
-/// `gdr_info_v2_t` (48 bytes). `mapped` and `wc_mapping` are bits 0 and 1 of the 4-byte unit at 36.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GdrInfoV2 {
-    pub va: u64,
-    pub mapped_size: u64,
-    pub page_size: u32,
-    pub tm_cycles: u64,
-    pub cycles_per_ms: u32,
-    pub flag_bits: c_uint,
-    pub mapping_type: u32,
-}
+/// `gdr_info_v2_t` (48 bytes): defined once for the workspace (libgdsync reads it too).
+pub use gpudirect_common::gdr_abi::GdrInfoV2;
 
 /// The legacy 40-byte `struct gdr_info` that the exported `gdr_get_info` symbol fills.
 #[repr(C)]
