@@ -124,8 +124,9 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
         publish(g.load(Ordering::Relaxed) as GdrT, va, e);
     }
     let stop = AtomicBool::new(false);
-    // Held from an unmap until its canary is in place, and around the free-callback thread's own
-    // gdr_map: otherwise that map may legitimately land on the range just freed.
+    // Held from an unmap until its canary is in place, and around everything the free-callback
+    // thread maps (its gdr_map, and the allocation's own mappings): otherwise one of those may
+    // legitimately land on the range just freed.
     let va_lock = Mutex::new(());
     let (ok, einval) = (AtomicU64::new(0), AtomicU64::new(0));
     let stats = Mutex::new(Stats::default());
@@ -223,7 +224,11 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
             s.spawn(move || {
                 let _stop = StopOnExit(stop);
                 while !stop.load(Ordering::Relaxed) {
-                    let va = gpu.alloc(BUF);
+                    // Allocating maps memory too (the GPU's view, a fill buffer): under the lock.
+                    let va = {
+                        let _held = va_lock.lock().unwrap();
+                        gpu.alloc(BUF)
+                    };
                     let gg = g.load(Ordering::Relaxed) as GdrT;
                     let mut mh = GdrMh { h: 0 };
                     // The instance may be closed under us by the control thread: then EINVAL.
