@@ -224,21 +224,20 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
             s.spawn(move || {
                 let _stop = StopOnExit(stop);
                 while !stop.load(Ordering::Relaxed) {
-                    // Allocating maps memory too (the GPU's view, a fill buffer): under the lock.
-                    let va = {
-                        let _held = va_lock.lock().unwrap();
-                        gpu.alloc(BUF)
-                    };
+                    // Everything here that may map memory (the allocation's GPU view and fill
+                    // buffer, the library's own allocations while pinning, gdr_map) under the lock.
+                    let held = va_lock.lock().unwrap();
+                    let va = gpu.alloc(BUF);
                     let gg = g.load(Ordering::Relaxed) as GdrT;
                     let mut mh = GdrMh { h: 0 };
                     // The instance may be closed under us by the control thread: then EINVAL.
                     // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
                     if unsafe { capi::gdr_pin_buffer(gg, va as _, BUF, 0, 0, &mut mh) } != 0 {
+                        drop(held);
                         gpu.free(va);
                         continue;
                     }
                     let mut p = std::ptr::null_mut();
-                    let held = va_lock.lock().unwrap();
                     // SAFETY: pointers to live locals of this test.
                     let mapped = unsafe { capi::gdr_map(gg, mh, &mut p, BUF) } == 0;
                     drop(held);
