@@ -4,13 +4,28 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// A scratch directory removed when the test ends.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Scratch {
+    fn path(&self) -> &str {
+        self.0.to_str().expect("temp paths are UTF-8")
+    }
+}
+
 fn exe() -> &'static str {
     env!("CARGO_BIN_EXE_gdrcopy_diag")
 }
 
 /// A directory holding libcuda.so.1 → cudasim and libgdrapi.so.2 → our library, or None (with
 /// a visible SKIP) when this cargo invocation did not build them.
-fn sim_libs(tag: &str) -> Option<PathBuf> {
+fn sim_libs(tag: &str) -> Option<Scratch> {
     let dir = Path::new(exe()).parent()?.to_path_buf();
     let (cuda, gdr) = (dir.join("libcuda.so"), dir.join("libgdrapi.so"));
     if !cuda.exists() || !gdr.exists() {
@@ -22,7 +37,7 @@ fn sim_libs(tag: &str) -> Option<PathBuf> {
     std::fs::create_dir_all(&d).ok()?;
     std::os::unix::fs::symlink(&cuda, d.join("libcuda.so.1")).ok()?;
     std::os::unix::fs::symlink(&gdr, d.join("libgdrapi.so.2")).ok()?;
-    Some(d)
+    Some(Scratch(d))
 }
 
 fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
@@ -59,7 +74,7 @@ fn without_a_gpu_it_says_so_and_fails() {
 #[test]
 fn dmabuf_path_over_cudasim_works_and_exits_zero() {
     let Some(d) = sim_libs("dmabuf") else { return };
-    let lp = d.to_str().unwrap();
+    let lp = d.path();
     let env = [
         ("LD_LIBRARY_PATH", lp),
         ("CUDASIM_BACKEND", "host"),
@@ -82,10 +97,9 @@ fn dmabuf_path_over_cudasim_works_and_exits_zero() {
 fn cuda_13_0_without_gdrdrv_is_explained() {
     // The GPU machine's situation: CUDA 13.0 driver, no gdrdrv.
     let Some(d) = sim_libs("cuda130") else { return };
-    let env =
-        [("LD_LIBRARY_PATH", d.to_str().unwrap()), ("CUDASIM_BACKEND", "host"), ("CUDASIM_DRIVER_VERSION", "13000")];
+    let env = [("LD_LIBRARY_PATH", d.path()), ("CUDASIM_BACKEND", "host"), ("CUDASIM_DRIVER_VERSION", "13000")];
     let root = fake_root("cuda130");
-    let env = [env[0], env[1], env[2], ("GDRCOPY_DIAG_SYSROOT", root.to_str().unwrap())];
+    let env = [env[0], env[1], env[2], ("GDRCOPY_DIAG_SYSROOT", root.path())];
     let (rc, out) = run(&[], &env);
     assert_eq!(rc, 1, "{out}");
     assert!(out.contains("[FAIL] dma-buf          driver API 13.0 is older than 13.3"), "{out}");
@@ -122,7 +136,7 @@ fn bad_usage_exits_2() {
 
 /// A fake /proc + /sys: gdrdrv loaded and registered, no /dev/gdrdrv, cudasim's PCI address
 /// with a 256 MiB prefetchable BAR2, an IOMMU group in DMA-FQ mode, one mlx5 RDMA device.
-fn fake_root(tag: &str) -> PathBuf {
+fn fake_root(tag: &str) -> Scratch {
     let r = std::env::temp_dir().join(format!("gdrcopy-diag-root-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&r);
     let put = |p: &str, text: &str| {
@@ -157,5 +171,5 @@ fn fake_root(tag: &str) -> PathBuf {
         )
     })
     .unwrap();
-    r
+    Scratch(r)
 }
