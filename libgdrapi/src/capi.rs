@@ -17,6 +17,7 @@ use gpudirect_common::{Errno, Result};
 use crate::abi::{GdrInfoV1, GdrInfoV2, GdrMh, MappingType, set_info_bits};
 use crate::backend::PinRequest;
 use crate::core::{self, Direction, Instance};
+use crate::fastcopy::{self, FROM_MAPPING, TO_MAPPING};
 use crate::registry::{self, Handle, Tables};
 
 /// Opaque `gdr_t` as C sees it.
@@ -244,48 +245,51 @@ pub extern "C" fn gdr_unmap(g: GdrT, handle: GdrMh, va: *mut c_void, size: usize
     })
 }
 
-/// `gdr_copy_to_mapping` / `gdr_copy_from_mapping`: the hot path. No lock, no shared write, no
-/// allocation; see [`registry::mapping_of`] for how a concurrent unmap is kept out.
+/// The general path of both copy calls (see [`fastcopy`] for the fast one): any mapping type, the
+/// process's fence rule, size 0, and every refusal with its errno and log line.
 ///
-/// The successful path runs outside the unwinding guard, because the guard's closure call costs
-/// as much as the rest of the path together: nothing on it can panic (no indexing, allocation,
-/// formatting or unwrap; the copy engines were selected by `gdr_open`, inside the guard). Were a
-/// panic ever introduced there, the `extern "C"` boundary would abort the process, never unwind
-/// into C. Every failure is reported by [`copy_failed`], which runs the whole call again inside
-/// the guard, so the errno and the log line are the guarded path's.
-#[inline(always)]
-fn copy(name: &str, handle: GdrMh, dir: Direction, mapped: *const c_void, host: *const c_void, size: usize) -> c_int {
-    if let Some((announced, m, t)) = registry::mapped(handle.h as usize)
-        && (size == 0 || (!host.is_null() && m.contains(mapped as usize, size)))
+/// Like the fast path, a successful copy runs outside the unwinding guard, because the guard's
+/// closure call costs as much as the rest of the path together: nothing on it can panic (no
+/// indexing, allocation, formatting or unwrap; the copy engines were selected by `gdr_open`,
+/// inside the guard). Were a panic ever introduced there, the `extern "C"` boundary would abort
+/// the process, never unwind into C. Every refusal is reported by [`copy_failed`], which runs the
+/// whole call again inside the guard, so the errno and the log line are the guarded path's.
+/// `extern "C"` (cannot unwind) so that the fast path reaches it with a jump.
+///
+/// # Safety
+/// As `gdr_copy_*`: `host` is valid for `size` bytes in the copy's direction and does not overlap
+/// the mapping; `h` and `mapped` need not be valid.
+#[inline(never)]
+unsafe extern "C" fn copy_general<const TO: bool>(h: usize, mapped: usize, host: usize, size: usize) -> c_int {
+    let dir = if TO { Direction::ToMapping } else { Direction::FromMapping };
+    if let Some((announced, m, t)) = registry::mapped(h)
+        && (size == 0 || (host != 0 && m.contains(mapped, size)))
     {
         // SAFETY: `m` stays mapped while `announced` lives (unmapping waits for it) and the device
         // range lies inside it; the C contract: `host` is valid for `size` bytes in the copy's
         // direction and does not overlap the mapping.
-        unsafe { core::copy_checked(t, dir, mapped as usize, host as usize, size) };
+        unsafe { core::copy_checked(t, dir, mapped, host, size) };
         drop(announced);
         return 0;
     }
-    copy_failed(name, handle, dir, mapped, host, size)
+    copy_failed(dir, h, mapped, host, size)
 }
 
-/// The copy path's slow side: the same call inside the guard, with the checks that say why.
+/// The copy path's refusals: the same call inside the guard, with the checks that say why.
 #[cold]
 #[inline(never)]
-fn copy_failed(
-    name: &str,
-    handle: GdrMh,
-    dir: Direction,
-    mapped: *const c_void,
-    host: *const c_void,
-    size: usize,
-) -> c_int {
+fn copy_failed(dir: Direction, h: usize, mapped: usize, host: usize, size: usize) -> c_int {
+    let name = match dir {
+        Direction::ToMapping => "gdr_copy_to_mapping",
+        Direction::FromMapping => "gdr_copy_from_mapping",
+    };
     boundary(name, || {
-        let (_announced, m, t) = registry::mapping_of(handle.h as usize)?;
-        if size != 0 && host.is_null() {
+        let (_announced, m, t) = registry::mapping_of(h)?;
+        if size != 0 && host == 0 {
             return Err(null_host());
         }
-        // SAFETY: as in `copy`.
-        unsafe { core::copy_within(m, t, dir, mapped as usize, host as usize, size) }
+        // SAFETY: as in `copy_general`.
+        unsafe { core::copy_within(m, t, dir, mapped, host, size) }
     })
 }
 
@@ -306,7 +310,16 @@ pub unsafe extern "C" fn gdr_copy_to_mapping(
     h_ptr: *const c_void,
     size: usize,
 ) -> c_int {
-    copy("gdr_copy_to_mapping", handle, Direction::ToMapping, map_d_ptr, h_ptr, size)
+    // SAFETY: forwarded contract; the fast path checks the handle and the range.
+    unsafe {
+        fastcopy::copy::<TO_MAPPING>(
+            handle.h as usize,
+            map_d_ptr as usize,
+            h_ptr as usize,
+            size,
+            copy_general::<TO_MAPPING>,
+        )
+    }
 }
 
 /// # Safety
@@ -320,7 +333,16 @@ pub unsafe extern "C" fn gdr_copy_from_mapping(
     map_d_ptr: *const c_void,
     size: usize,
 ) -> c_int {
-    copy("gdr_copy_from_mapping", handle, Direction::FromMapping, map_d_ptr, h_ptr, size)
+    // SAFETY: as in `gdr_copy_to_mapping`.
+    unsafe {
+        fastcopy::copy::<FROM_MAPPING>(
+            handle.h as usize,
+            map_d_ptr as usize,
+            h_ptr as usize,
+            size,
+            copy_general::<FROM_MAPPING>,
+        )
+    }
 }
 
 /// # Safety

@@ -24,7 +24,9 @@ static MIXED_TYPES: AtomicBool = AtomicBool::new(false);
 fn count_mapping(t: MappingType, delta: isize) {
     let mut counts = LIVE_MAPPINGS.lock().unwrap_or_else(|p| p.into_inner());
     counts[t as usize] = counts[t as usize].saturating_add_signed(delta);
-    MIXED_TYPES.store(counts.iter().skip(1).filter(|&&c| c > 0).count() > 1, Ordering::Relaxed);
+    let mixed = counts.iter().skip(1).filter(|&&c| c > 0).count() > 1;
+    MIXED_TYPES.store(mixed, Ordering::Relaxed);
+    crate::fastcopy::set_general(crate::fastcopy::Why::MixedTypes, mixed);
 }
 
 /// A library instance (`gdr_t`).

@@ -31,6 +31,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering, compiler_fence, fence};
 use std::time::Duration;
 
+use crate::fastcopy;
+
 /// One thread's announcement: the key (handle address) it is copying through, or 0.
 #[repr(C, align(64))]
 struct Reader {
@@ -73,6 +75,10 @@ mod line_tls {
     use super::Reader;
 
     std::arch::global_asm!(
+        // Global but hidden: visible to the other codegen units of this crate (debug builds split
+        // it into many objects), never exported from the shared library.
+        ".globl gdrapi_grace_line",
+        ".hidden gdrapi_grace_line",
         ".pushsection .tbss,\"awT\",@nobits",
         ".balign 8",
         ".type gdrapi_grace_line,@object",
@@ -163,6 +169,7 @@ pub(crate) fn init() {
         if !ok {
             gdr_dbg!("membarrier(PRIVATE_EXPEDITED) unavailable: copies fence after announcing themselves");
             READERS_FENCE.store(true, Ordering::SeqCst);
+            fastcopy::require_general(fastcopy::Why::FencedReaders);
         }
         ok
     });
@@ -198,6 +205,17 @@ pub(crate) fn announce(key: usize) -> Announced {
         compiler_fence(Ordering::SeqCst);
     }
     Announced(active)
+}
+
+/// This thread's announcement word, once the thread has a line (its first copy claims one through
+/// [`announce`]). Storing a key there announces a copy only while readers need no fence (`membarrier`
+/// works); the caller checks that first (the public copy path does, through
+/// `fastcopy`'s flags).
+#[inline(always)]
+pub(crate) fn my_word() -> Option<&'static AtomicUsize> {
+    let r = mine();
+    // SAFETY: lines are leaked, so a non-null pointer stays valid for the life of the process.
+    (!r.is_null()).then(|| unsafe { &(*r).active })
 }
 
 /// Slow path of [`announce`]: gives this thread a line, recycling one of an exited thread.
@@ -236,15 +254,13 @@ fn claim() -> *const Reader {
 /// Waits until no copy that could have seen the state behind `key` before the caller changed it
 /// is still running. The caller must have published the change (retracted the mapping) first.
 pub(crate) fn synchronize(key: usize) {
-    if std::env::var_os("MUTANT").is_some() {
-        return;
-    }
     if !READERS_FENCE.load(Ordering::Relaxed) && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0 {
         // Registered at init, so this cannot fail on a sane kernel; if it does, fall back for good
         // and still wait correctly below (readers that did not fence before now are covered by
         // the full fence here plus the spin, which sees their store once it drains).
         gdr_err!("membarrier failed ({}); copies will fence from now on", std::io::Error::last_os_error());
         READERS_FENCE.store(true, Ordering::SeqCst);
+        fastcopy::require_general(fastcopy::Why::FencedReaders);
     }
     fence(Ordering::SeqCst);
     let mut p = READERS.load(Ordering::Acquire).cast_const();

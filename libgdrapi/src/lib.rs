@@ -21,6 +21,7 @@ pub mod copy;
 pub(crate) mod copy;
 pub(crate) mod core;
 pub(crate) mod cpu_mapping;
+mod fastcopy;
 mod grace;
 mod registry;
 pub mod safe;

@@ -319,6 +319,33 @@ pub(crate) fn mapped(h: usize) -> Option<(Announced, CpuMapping, MappingType)> {
     Some((announced, m, type_of(state)))
 }
 
+/// A handle slot as the public copy calls' fast path reads it ([`crate::fastcopy`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Mirror(&'static HandleSlot);
+
+/// The whole state word of a handle mapped write-combined.
+const WC_MAPPED: u64 = PINNED | MAPPED | (MappingType::WriteCombined as u64) << TYPE_SHIFT;
+
+impl Mirror {
+    /// The slot at address `h`, if `h` is one (live or not: [`Mirror::wc_mapping`] tells).
+    #[inline(always)]
+    pub(crate) fn of(h: usize) -> Option<Mirror> {
+        Some(Mirror(HANDLES.get_at(HANDLES.index_of(h)?, h)))
+    }
+
+    /// The handle's mapping if it is live and write-combined, `None` for any other state. Read it
+    /// only while the handle is announced ([`grace`]); the mapping then stays mapped until the
+    /// announcement is withdrawn.
+    #[inline(always)]
+    pub(crate) fn wc_mapping(self) -> Option<CpuMapping> {
+        let slot = self.0;
+        (slot.state.load(Ordering::Acquire) == WC_MAPPED).then(|| CpuMapping {
+            addr: slot.map_addr.load(Ordering::Relaxed),
+            len: slot.map_len.load(Ordering::Relaxed),
+        })
+    }
+}
+
 /// [`mapped`] with the reason for a refusal (logged).
 pub(crate) fn mapping_of(h: usize) -> Result<(Announced, CpuMapping, MappingType)> {
     let Some(i) = HANDLES.index_of(h) else { return Err(invalid_handle(h)) };

@@ -27,12 +27,13 @@
 // `bench-internals`) and the unit tests; the library itself only dispatches.
 #![cfg_attr(not(feature = "bench-internals"), allow(dead_code))]
 
-mod aligned;
+pub(crate) mod aligned;
 #[cfg(target_arch = "aarch64")]
 mod arm;
 mod select;
 #[cfg(test)]
 mod tests;
+pub(crate) mod wc;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -118,19 +119,13 @@ pub fn engines() -> Vec<Engine> {
 /// two ranges do not overlap. Any alignment is accepted.
 #[inline(always)]
 pub unsafe fn copy_to_mapping(kind: MappingKind, dev_dst: *mut u8, host_src: *const u8, len: usize) {
-    if len == 0 {
-        return;
-    }
     match kind {
         // SAFETY: the caller's contract is exactly memcpy's.
         MappingKind::Cached => unsafe { core::ptr::copy_nonoverlapping(host_src, dev_dst, len) },
         // SAFETY: the caller's contract is the helper's (any alignment, valid, no overlap).
         MappingKind::Device => unsafe { aligned::to_device(dev_dst, host_src, len) },
-        MappingKind::WriteCombined => {
-            let sel = select::get();
-            // SAFETY: forwarded caller contract; `run_plan` checks the plan's alignment rules.
-            unsafe { run_plan(&sel.store, aligned::to_device, Direction::ToDevice, dev_dst, host_src, len) }
-        }
+        // SAFETY: forwarded caller contract.
+        MappingKind::WriteCombined => unsafe { wc::store(dev_dst, host_src, len) },
     }
 }
 
@@ -141,19 +136,13 @@ pub unsafe fn copy_to_mapping(kind: MappingKind, dev_dst: *mut u8, host_src: *co
 /// two ranges do not overlap. Any alignment is accepted.
 #[inline(always)]
 pub unsafe fn copy_from_mapping(kind: MappingKind, host_dst: *mut u8, dev_src: *const u8, len: usize) {
-    if len == 0 {
-        return;
-    }
     match kind {
         // SAFETY: the caller's contract is exactly memcpy's.
         MappingKind::Cached => unsafe { core::ptr::copy_nonoverlapping(dev_src, host_dst, len) },
         // SAFETY: the caller's contract is the helper's (any alignment, valid, no overlap).
         MappingKind::Device => unsafe { aligned::from_device(host_dst, dev_src, len) },
-        MappingKind::WriteCombined => {
-            let sel = select::get();
-            // SAFETY: forwarded caller contract; `run_plan` checks the plan's alignment rules.
-            unsafe { run_plan(&sel.load, aligned::from_device, Direction::FromDevice, host_dst, dev_src, len) }
-        }
+        // SAFETY: forwarded caller contract.
+        MappingKind::WriteCombined => unsafe { wc::load(host_dst, dev_src, len) },
     }
 }
 

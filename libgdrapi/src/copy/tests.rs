@@ -330,3 +330,96 @@ fn copy_fences_run() {
     store_fence();
     full_fence();
 }
+
+#[test]
+fn copy_helper_pieces_follow_the_step_rule() {
+    for addr in 0..64usize {
+        for n in 0..80usize {
+            let mut want = Vec::new();
+            let (mut a, mut rem) = (addr, n);
+            while rem > 0 {
+                let w = aligned::step(a, rem);
+                want.push((a - addr, w));
+                a += w;
+                rem -= w;
+            }
+            let mut got = Vec::new();
+            aligned::pieces(addr, n, |i, w| got.push((i, w)));
+            assert_eq!(got, want, "addr {addr} n {n}");
+        }
+    }
+}
+
+#[test]
+fn copy_single_access_is_exactly_the_naturally_aligned_1_2_4_8() {
+    for addr in 0..64usize {
+        for n in 0..40usize {
+            let want = matches!(n, 1 | 2 | 4 | 8) && addr % n == 0;
+            assert_eq!(aligned::is_single_access(addr, n), want, "addr {addr} n {n}");
+        }
+    }
+    assert!(!aligned::is_single_access(0, usize::MAX));
+    assert!(aligned::is_single_access(usize::MAX - 7, 8));
+}
+
+/// Two pages whose neighbours are inaccessible: a load that strays from the pages of its range
+/// faults.
+struct FencedPages {
+    base: *mut u8,
+}
+
+impl FencedPages {
+    const PAGE: usize = 4096;
+
+    fn new() -> Self {
+        // SAFETY: a fresh private anonymous mapping of four pages, then protection changes inside it.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                4 * Self::PAGE,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            let base = p.cast::<u8>().add(Self::PAGE);
+            assert_eq!(libc::mprotect(base.cast(), 2 * Self::PAGE, libc::PROT_READ | libc::PROT_WRITE), 0);
+            FencedPages { base }
+        }
+    }
+}
+
+impl Drop for FencedPages {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `new` mapped.
+        unsafe { libc::munmap(self.base.sub(Self::PAGE).cast(), 4 * Self::PAGE) };
+    }
+}
+
+#[test]
+fn copy_wc_loads_read_only_the_pages_of_their_range() {
+    // Loads widen heads and tails to aligned 16-byte chunks; those must never leave the pages the
+    // range lies in (a mapping is whole pages, its neighbours may be anything). Ranges that start
+    // at the first byte or end at the last byte of the accessible pages, at every misalignment.
+    let pages = FencedPages::new();
+    let len_all = 2 * FencedPages::PAGE;
+    // SAFETY: writes inside the two accessible pages.
+    let dev = unsafe { std::slice::from_raw_parts_mut(pages.base, len_all) };
+    for (i, b) in dev.iter_mut().enumerate() {
+        *b = (i * 7 + 3) as u8;
+    }
+    let mut host = vec![0u8; 300];
+    for n in 1..=200usize {
+        for start in [0, 1, 3, 7, 8, 15] {
+            for at_end in [false, true] {
+                let off = if at_end { len_all - start - n } else { start };
+                host.fill(0xee);
+                // SAFETY: [off, off + n) lies in the accessible pages; `host` holds n + 1 bytes.
+                unsafe { copy_from_mapping(MappingKind::WriteCombined, host.as_mut_ptr(), pages.base.add(off), n) };
+                assert_eq!(&host[..n], &dev[off..off + n], "n {n} off {off}");
+                assert_eq!(host[n], 0xee, "nothing written past the range: n {n} off {off}");
+            }
+        }
+    }
+}
