@@ -35,6 +35,11 @@ int main(void)
 	EQ(offsetof(struct ibv_qp_init_attr, cap), 32);
 	EQ(offsetof(struct ibv_qp_init_attr, qp_type), 52);
 	EQ(offsetof(struct ibv_qp_init_attr, sq_sig_all), 56);
+	EQ(offsetof(struct ibv_qp_attr, qp_state), 0);
+	EQ(sizeof(struct ibv_qp_attr), 144);
+	EQ(IBV_QPS_RESET, 0);
+	EQ(IBV_QPS_ERR, 6);
+	EQ(IBV_QP_STATE, 1);
 	EQ(sizeof(struct ibv_wc), 48);
 	EQ(offsetof(struct ibv_wc, status), 8);
 	EQ(offsetof(struct ibv_wc, vendor_err), 16);

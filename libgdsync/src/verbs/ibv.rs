@@ -30,6 +30,15 @@ pub const DEV_NAME: usize = 24;
 pub const QP_NUM: usize = 52;
 /// `offsetof(struct ibv_cq, cqe)`.
 pub const CQ_CQE: usize = 28;
+/// `enum ibv_qp_state`: the states a send is refused in after a reset (see `verbs::mlx5`).
+pub const IBV_QPS_RESET: u32 = 0;
+pub const IBV_QPS_ERR: u32 = 6;
+/// `IBV_QP_STATE` (attr_mask bit of `ibv_query_qp`).
+const IBV_QP_STATE: c_int = 1;
+/// `sizeof(struct ibv_qp_attr)` is 144 (`qp_state` first); `ibv_query_qp`'s out buffers are
+/// taken larger than the structs.
+const QP_ATTR_BUF: usize = 256;
+const QP_INIT_ATTR_BUF: usize = 128;
 
 /// `struct ibv_sge`.
 #[repr(C)]
@@ -263,7 +272,10 @@ pub struct Verbs {
     create_qp: CreateQpFn,
     destroy_qp: DestroyFn,
     dealloc_pd: DestroyFn,
+    query_qp: QueryQpFn,
 }
+
+type QueryQpFn = unsafe extern "C" fn(*mut c_void, *mut c_void, c_int, *mut c_void) -> c_int;
 
 impl Verbs {
     fn open() -> Result<Verbs, String> {
@@ -280,6 +292,7 @@ impl Verbs {
                 create_qp: as_fn::<CreateQpFn>(sym(c"ibv_create_qp")?),
                 destroy_qp: as_fn::<DestroyFn>(sym(c"ibv_destroy_qp")?),
                 dealloc_pd: as_fn::<DestroyFn>(sym(c"ibv_dealloc_pd")?),
+                query_qp: as_fn::<QueryQpFn>(sym(c"ibv_query_qp")?),
                 _lib: lib,
             }
         };
@@ -327,6 +340,23 @@ impl Verbs {
     pub unsafe fn dealloc_pd(&self, pd: *mut c_void) -> Result<(), Errno> {
         // SAFETY: per the contract.
         rc(unsafe { (self.dealloc_pd)(pd) })
+    }
+}
+
+impl Verbs {
+    /// The QP's current state as the kernel reports it (`ibv_query_qp(qp, &attr, IBV_QP_STATE,
+    /// &init)`, `attr.qp_state`): a system call, for rare paths only.
+    ///
+    /// # Safety
+    /// `qp` is a live `struct ibv_qp *`.
+    pub unsafe fn query_qp_state(&self, qp: *mut c_void) -> Result<u32, Errno> {
+        let mut attr = [0u64; QP_ATTR_BUF / 8];
+        let mut init = [0u64; QP_INIT_ATTR_BUF / 8];
+        // SAFETY: live QP per the contract; both out buffers are larger than the structs
+        // ibv_query_qp fills (ibv_qp_attr 144 bytes, ibv_qp_init_attr 64) and 8-aligned.
+        rc(unsafe { (self.query_qp)(qp, attr.as_mut_ptr().cast(), IBV_QP_STATE, init.as_mut_ptr().cast()) })?;
+        // `qp_state` is the first member (a 4-byte enum).
+        Ok(attr[0] as u32)
     }
 }
 

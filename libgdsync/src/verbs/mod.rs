@@ -91,7 +91,8 @@ pub trait Provider: Sync {
 
     /// Called after the CPU executed a prepared send (`gds_post_send`): a provider whose doorbell
     /// is not the NIC's (the proxy) posts it now, so the call returns with the send posted, as
-    /// upstream's does. Default: nothing to do.
+    /// upstream's does; the mlx5 provider notes that its doorbell record now holds the ring (which
+    /// makes a later QP reset recognisable). Default: nothing to do.
     fn after_cpu_send(&self, _qp: NonNull<GdsQp>) {}
 }
 
@@ -191,7 +192,9 @@ impl Provider for Dispatch {
         unsafe { Proxy.prepare_wait(cq, request) }
     }
     fn after_cpu_send(&self, qp: NonNull<GdsQp>) {
-        if !m5::owns_qp(qp) {
+        if m5::owns_qp(qp) {
+            m5::after_cpu_send(qp);
+        } else {
             Proxy.after_cpu_send(qp);
         }
     }

@@ -7,7 +7,10 @@
 //!   `STORE_DWORD(htobe32(pc & 0xffff) → dbrec[1])`, `FENCE`, `STORE_QWORD(first 8 bytes of the
 //!   last ctrl segment → bf.reg + current half)` (the GPU issues them; §7.1/§7.3), alternating
 //!   BlueFlame halves as rdma-core does. [`Sq::blueflame_chunks`] gives the 64-byte BlueFlame
-//!   copies of the last WQE for a CPU-rung post.
+//!   copies of the last WQE for a CPU-rung post. [`Sq::check_dbrec`] reads `dbrec[1]` back and
+//!   tells whether it still holds one of our rings, or went back to 0 because rdma-core reset
+//!   the QP (`ibv_modify_qp` to RESET zeroes the record and the provider's indices);
+//!   [`Sq::reset`] then restarts at WQE 0.
 //! * Completion queue ([`Cq`]): [`Cq::peek`] gives the poll of CQE `n` (owner-bit parity of its
 //!   lap: `POLL_AND(0x01000000)` on odd laps, `POLL_GEQ(0)` (or `POLL_NOR`) on even ones, on the
 //!   word at byte 60 of the 64-byte CQE view); [`Cq::poll`] is the CPU side: owner/opcode
@@ -85,6 +88,28 @@ pub struct Sq {
     pub bf_offset: u32,
     /// (first WQEBB, size) of every WQE not known complete, oldest first.
     pub inflight: std::collections::VecDeque<(u32, u32)>,
+    /// The doorbell record (`dbrec[1]`, at +4, is the send counter our rings store).
+    pub dbrec: usize,
+    /// Lower bound of the producer counter of the last ring that reached the doorbell record:
+    /// the last one [`Sq::check_dbrec`] found there (the completed `tail` is another bound).
+    pub rung: u32,
+}
+
+/// What the send doorbell record says ([`Sq::check_dbrec`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dbrec {
+    /// One of our rings (or still 0 where that is one of the values it can legitimately hold).
+    Ours,
+    /// 0 where none of the rings that may have run stores 0: rdma-core reset the QP.
+    Reset,
+    /// A value none of those rings stores (libmlx5's own `ibv_post_send` on the QP, or a ring the
+    /// application left pending across a reset that ran after it).
+    Foreign(u32),
+}
+
+/// `a` is after `b` in mod-2^32 counter order.
+fn after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
 }
 
 fn be32(v: u32) -> [u8; 4] {
@@ -122,6 +147,8 @@ impl Sq {
             last: None,
             bf_offset: 0,
             inflight: Default::default(),
+            dbrec,
+            rung: 0,
         })
     }
 
@@ -252,15 +279,62 @@ impl Sq {
         Some((ops, rollback))
     }
 
-    /// Forgets WQEs committed but never rung (upstream's ABORT_LATE rollback).
-    pub fn rollback(&mut self, id: u64) {
+    /// Forgets WQEs committed but never rung (upstream's ABORT_LATE rollback). An id whose
+    /// counter is not between the oldest WQE in flight and the producer counter (one from before
+    /// a reset) is ignored: returns false.
+    pub fn rollback(&mut self, id: u64) -> bool {
         let to = id as u32;
+        if after(self.tail, to) || after(to, self.cur_post) {
+            return false;
+        }
         while self.inflight.back().is_some_and(|&(s, _)| (s.wrapping_sub(to) as i32) >= 0) {
             self.inflight.pop_back();
         }
         self.cur_post = to;
         self.committed = id as u32;
+        if after(self.rung, to) {
+            self.rung = to;
+        }
         self.last = None;
+        true
+    }
+
+    /// Reads the send doorbell record (`dbrec[1]`) and says whether it still holds what our
+    /// rings can have left there. The last ring that reached it carries a counter between the
+    /// last one seen there (or the completed tail, a completed WQE having been rung) and the
+    /// last commit; the record holds that counter's low 16 bits. A 0 that none of those
+    /// counters explains is rdma-core's reset (`mlx5_modify_qp` to RESET zeroes both words).
+    /// A 0 that one of them explains (nothing seen rung yet, or a ring at a multiple of 2^16
+    /// may have run) is taken as ours: a reset then is invisible (see `verbs::mlx5`).
+    pub fn check_dbrec(&mut self, m: &dyn Mem) -> Dbrec {
+        let mut b = [0u8; 4];
+        m.read(self.dbrec + 4, &mut b);
+        let d = u32::from_be_bytes(b);
+        let mut lo = if after(self.tail, self.rung) { self.tail } else { self.rung };
+        if after(lo, self.committed) {
+            lo = self.committed;
+        }
+        let span = self.committed.wrapping_sub(lo);
+        if d <= 0xffff {
+            let off = (d as u16).wrapping_sub(lo as u16) as u32;
+            if off <= span {
+                self.rung = lo.wrapping_add(off);
+                return Dbrec::Ours;
+            }
+        }
+        if d == 0 { Dbrec::Reset } else { Dbrec::Foreign(d) }
+    }
+
+    /// Back to a fresh QP's send queue, as rdma-core's reset leaves the hardware: WQE index 0,
+    /// nothing in flight (those WQEs will never complete). The BlueFlame half is kept (rdma-core
+    /// keeps its own too; the device does not care which half comes next).
+    pub fn reset(&mut self) {
+        self.cur_post = 0;
+        self.tail = 0;
+        self.committed = 0;
+        self.rung = 0;
+        self.last = None;
+        self.inflight.clear();
     }
 
     #[cfg(test)]

@@ -29,7 +29,7 @@
 
 pub mod dv;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -46,7 +46,7 @@ use crate::verbs::area::{Area, alloc_area, free_area};
 use crate::verbs::exp::{ExpQpInitAttr, ExpSendWr};
 use crate::verbs::hook::{self, install_hook};
 use crate::verbs::ibv::{self as verbs, PollCqFn, QpInitAttr, QpInitAttrEx, Sge, Wc, verbs};
-use crate::verbs::mlx5::dv::{self as mlx5dv, Cq, Mem, Sq, Wqe};
+use crate::verbs::mlx5::dv::{self as mlx5dv, Cq, Dbrec, Mem, Sq, Wqe};
 
 /// `struct mlx5dv_qp` (96 bytes).
 #[repr(C)]
@@ -188,9 +188,28 @@ struct M5Cq {
 struct SqState {
     sq: Sq,
     wrids: HashMap<u16, u64>,
+    /// A reset was seen and the QP not yet found out of RESET/ERR: its state is queried on every
+    /// prepare until it is.
+    recheck: bool,
+    /// The doorbell record's foreign value was reported (once until it is ours again).
+    foreign_said: bool,
+}
+
+/// What a prepare needs of the QP besides its send queue.
+struct SendCfg {
+    sig_all: bool,
+    /// `cap.max_send_sge` the QP was created with.
+    max_send_sge: u32,
+    /// Range ids of the doorbell record and the BlueFlame register.
+    dbr_id: u64,
+    bf_id: u64,
 }
 
 impl SqState {
+    fn new(sq: Sq) -> SqState {
+        SqState { sq, wrids: HashMap::new(), recheck: false, foreign_said: false }
+    }
+
     /// Keeps the `wr_id` of the WQE at `idx` for its CQE; only a signaled WQE gets one (an
     /// unsignaled one's entry would never be consumed). Returns whether it was kept.
     fn remember(&mut self, idx: u16, wr_id: u64, signaled: bool) -> bool {
@@ -200,11 +219,187 @@ impl SqState {
         signaled
     }
 
-    /// A send CQE naming `wqe_counter`: its `wr_id`, and the WQEs up to it retired.
+    /// A send CQE naming `wqe_counter`: its `wr_id`, and the WQEs up to it retired. The older
+    /// WQEs retired with it had their own CQEs first (a send queue completes in order), so a
+    /// `wr_id` still kept for one of them is stale (left by a reset we could not see): dropped.
     fn complete(&mut self, wqe_counter: u16) -> Option<u64> {
         let id = self.wrids.remove(&wqe_counter);
+        if !self.wrids.is_empty() {
+            let older: Vec<u16> = self
+                .sq
+                .inflight
+                .iter()
+                .map(|&(st, _)| st as u16)
+                .take_while(|&st| st != wqe_counter)
+                .collect();
+            for st in older {
+                self.wrids.remove(&st);
+            }
+        }
         self.sq.complete(wqe_counter);
         id
+    }
+
+    /// rdma-core reset the QP: WQE index 0, nothing in flight, no `wr_id` kept.
+    fn reset(&mut self) {
+        self.sq.reset();
+        self.wrids.clear();
+    }
+
+    /// [`Sq::rollback`] and the `wr_id`s of the WQEs it forgets; false for an id from before a
+    /// reset (nothing done).
+    fn rollback(&mut self, id: u64) -> bool {
+        let to = id as u32;
+        let pos: Vec<u16> = self
+            .sq
+            .inflight
+            .iter()
+            .filter(|&&(st, _)| (st.wrapping_sub(to) as i32) >= 0)
+            .map(|&(st, _)| st as u16)
+            .collect();
+        if !self.sq.rollback(id) {
+            return false;
+        }
+        for i in pos {
+            self.wrids.remove(&i);
+        }
+        true
+    }
+
+    /// Before a post: notices that rdma-core reset the QP behind our back (plain
+    /// `ibv_modify_qp` to RESET zeroes the doorbell record; see the module doc) and restarts
+    /// the send queue at WQE 0. After a reset the QP's state is asked of `state`
+    /// (`ibv_query_qp`; only then, never on the common path): a QP still in RESET or in ERROR
+    /// takes no send (`EINVAL`, as nothing upstream documents another errno for it).
+    fn check_reset(&mut self, m: &dyn Mem, state: &mut dyn FnMut() -> Result<u32>) -> Result<()> {
+        const F: &str = "gds_prepare_send";
+        let qpn = self.sq.qpn;
+        match self.sq.check_dbrec(m) {
+            Dbrec::Ours => self.foreign_said = false,
+            Dbrec::Foreign(v) => {
+                if !self.foreign_said {
+                    self.foreign_said = true;
+                    gds_warn!(
+                        F,
+                        "QP {qpn:#x}: the send doorbell record holds {v:#x}, which no ring of this library stores (ibv_post_send on the QP, or a ring left pending across a reset?); going on at WQE {:#x}",
+                        self.sq.cur_post & 0xffff
+                    );
+                }
+            }
+            Dbrec::Reset => {
+                gds_warn!(
+                    F,
+                    "QP {qpn:#x} was reset (send doorbell record back to 0, ours at {:#x}): restarting at WQE 0; {} WQEs in flight and {} wr_ids dropped (they will not complete)",
+                    self.sq.committed & 0xffff,
+                    self.sq.inflight.len(),
+                    self.wrids.len()
+                );
+                self.reset();
+                self.recheck = true;
+            }
+        }
+        if self.recheck {
+            match state() {
+                Ok(st) if st == verbs::IBV_QPS_RESET || st == verbs::IBV_QPS_ERR => {
+                    let name = if st == verbs::IBV_QPS_RESET { "RESET" } else { "ERROR" };
+                    gds_err!(F, "QP {qpn:#x} is in the {name} state: send refused");
+                    return Err(Errno::EINVAL);
+                }
+                Ok(_) => self.recheck = false,
+                Err(e) => {
+                    gds_warn!(F, "QP {qpn:#x}: ibv_query_qp failed after a reset ({}); going on", e.describe());
+                    self.recheck = false;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `gds_prepare_send` on this send queue: the reset check, the WQEs of `wr` at the producer
+    /// counter (all or nothing), and the commit's ops in `request`.
+    ///
+    /// # Safety
+    /// `wr` is NULL or a valid `gds_send_wr` list; `bad_wr` NULL or writable.
+    unsafe fn prepare(
+        &mut self,
+        m: &dyn Mem,
+        cfg: &SendCfg,
+        wr: *mut c_void,
+        bad_wr: *mut *mut c_void,
+        request: &mut SendRequest,
+        state: &mut dyn FnMut() -> Result<u32>,
+    ) -> Result<()> {
+        const F: &str = "gds_prepare_send";
+        self.check_reset(m, state)?;
+        let s = self;
+        let saved = (s.sq.cur_post, s.sq.last, s.sq.inflight.len());
+        let mut added = Vec::new();
+        let mut p = wr as *const ExpSendWr;
+        let mut fail = None;
+        while !p.is_null() {
+            // SAFETY: a non-NULL element of the application's list.
+            let e = unsafe { &*p };
+            let (mut sg, mut buf) = (Vec::new(), Vec::new());
+            // SAFETY: as above.
+            let r = unsafe { to_wqe(e, cfg.sig_all, cfg.max_send_sge, &mut sg, &mut buf) }.map_err(|why| {
+                gds_err!(F, "{why}");
+                Errno::EINVAL
+            });
+            let idx = s.sq.cur_post as u16;
+            let signaled = r.as_ref().is_ok_and(|w| w.signaled);
+            match r.and_then(|w| s.sq.post(m, &w)) {
+                Ok(_) => {
+                    if s.remember(idx, e.wr_id, signaled) {
+                        added.push(idx);
+                    }
+                }
+                Err(er) => {
+                    fail = Some((er, p));
+                    break;
+                }
+            }
+            p = e.next;
+        }
+        if let Some((er, at)) = fail {
+            // All or nothing: forget the WQEs this call wrote.
+            s.sq.cur_post = saved.0;
+            s.sq.last = saved.1;
+            s.sq.inflight.truncate(saved.2);
+            for i in added {
+                s.wrids.remove(&i);
+            }
+            if !bad_wr.is_null() {
+                // SAFETY: the application's out pointer.
+                unsafe { *bad_wr = at as *mut c_void };
+            }
+            return Err(er);
+        }
+        let Some((ops, rollback)) = s.sq.commit(m, cfg.dbr_id, cfg.bf_id, false) else {
+            request.commit.entries = 0;
+            return Ok(());
+        };
+        for (i, op) in ops.iter().enumerate() {
+            let w = &mut request.wr[i];
+            match *op {
+                PeerOp::StoreDword { data, target, offset } => {
+                    w.type_ = IBV_EXP_PEER_OP_STORE_DWORD;
+                    w.wr.dword_va = DwordVa { data, target_id: target, offset };
+                }
+                PeerOp::Fence { flags } => {
+                    w.type_ = IBV_EXP_PEER_OP_FENCE;
+                    w.wr.fence_flags = flags;
+                }
+                PeerOp::StoreQword { data, target, offset } => {
+                    w.type_ = IBV_EXP_PEER_OP_STORE_QWORD;
+                    w.wr.qword_va = QwordVa { data, target_id: target, offset };
+                }
+                _ => return Err(Errno::EINVAL),
+            }
+        }
+        request.wr[ops.len() - 1].next = std::ptr::null_mut();
+        request.commit.entries = ops.len() as u32;
+        request.commit.rollback_id = rollback;
+        Ok(())
     }
 }
 
@@ -454,75 +649,21 @@ impl M5Qp {
         }
         // SAFETY: sq.buf, dbrec and bf.reg of this live QP are the only addresses used.
         let m = unsafe { RawMem::new() };
-        let mut s = lock(&self.sq);
-        let saved = (s.sq.cur_post, s.sq.last, s.sq.inflight.len());
-        let mut added = Vec::new();
-        let mut p = wr as *const ExpSendWr;
-        let mut fail = None;
-        while !p.is_null() {
-            // SAFETY: a non-NULL element of the application's list.
-            let e = unsafe { &*p };
-            let (mut sg, mut buf) = (Vec::new(), Vec::new());
-            // SAFETY: as above.
-            let r = unsafe { to_wqe(e, self.sig_all, self.max_send_sge, &mut sg, &mut buf) }.map_err(|why| {
-                gds_err!(F, "{why}");
-                Errno::EINVAL
-            });
-            let idx = s.sq.cur_post as u16;
-            let signaled = r.as_ref().is_ok_and(|w| w.signaled);
-            match r.and_then(|w| s.sq.post(&m, &w)) {
-                Ok(_) => {
-                    if s.remember(idx, e.wr_id, signaled) {
-                        added.push(idx);
-                    }
-                }
-                Err(er) => {
-                    fail = Some((er, p));
-                    break;
-                }
-            }
-            p = e.next;
-        }
-        if let Some((er, at)) = fail {
-            // All or nothing: forget the WQEs this call wrote.
-            s.sq.cur_post = saved.0;
-            s.sq.last = saved.1;
-            s.sq.inflight.truncate(saved.2);
-            for i in added {
-                s.wrids.remove(&i);
-            }
-            if !bad_wr.is_null() {
-                // SAFETY: the application's out pointer.
-                unsafe { *bad_wr = at as *mut c_void };
-            }
-            return Err(er);
-        }
-        let Some((ops, rollback)) = s.sq.commit(&m, self.dbr_id, self.bf_id, false) else {
-            request.commit.entries = 0;
-            return Ok(());
-        };
-        for (i, op) in ops.iter().enumerate() {
-            let w = &mut request.wr[i];
-            match *op {
-                PeerOp::StoreDword { data, target, offset } => {
-                    w.type_ = IBV_EXP_PEER_OP_STORE_DWORD;
-                    w.wr.dword_va = DwordVa { data, target_id: target, offset };
-                }
-                PeerOp::Fence { flags } => {
-                    w.type_ = IBV_EXP_PEER_OP_FENCE;
-                    w.wr.fence_flags = flags;
-                }
-                PeerOp::StoreQword { data, target, offset } => {
-                    w.type_ = IBV_EXP_PEER_OP_STORE_QWORD;
-                    w.wr.qword_va = QwordVa { data, target_id: target, offset };
-                }
-                _ => return Err(Errno::EINVAL),
-            }
-        }
-        request.wr[ops.len() - 1].next = std::ptr::null_mut();
-        request.commit.entries = ops.len() as u32;
-        request.commit.rollback_id = rollback;
-        Ok(())
+        let cfg =
+            SendCfg { sig_all: self.sig_all, max_send_sge: self.max_send_sge, dbr_id: self.dbr_id, bf_id: self.bf_id };
+        let qp = self.qp as *mut c_void;
+        // SAFETY: this live QP.
+        let mut state = || verbs().and_then(|v| unsafe { v.query_qp_state(qp) });
+        // SAFETY: forwarded contract.
+        unsafe { lock(&self.sq).prepare(&m, &cfg, wr, bad_wr, request, &mut state) }
+    }
+
+    /// After the CPU rang a prepared send (`gds_post_send`): the doorbell record now holds that
+    /// ring, which makes a later reset recognisable (see [`Sq::check_dbrec`]).
+    fn after_cpu_send(&self) {
+        // SAFETY: only the doorbell record of this live QP is read.
+        let m = unsafe { RawMem::new() };
+        let _ = lock(&self.sq).sq.check_dbrec(&m);
     }
 }
 
@@ -776,7 +917,7 @@ unsafe fn finish(
         }
     };
     let area = alloc_area(4 * (dsc.cqe_cnt + drc.cqe_cnt) as usize).inspect_err(|_| undo(&[dbr_id, bf_id]))?;
-    let sqs = Arc::new(Mutex::new(SqState { sq, wrids: HashMap::new() }));
+    let sqs = Arc::new(Mutex::new(SqState::new(sq)));
     let cqs_made = make(&dsc, scq, &area, 0, Some(sqs.clone())).and_then(|s| {
         let r = make(&drc, rcq, &area, 4 * dsc.cqe_cnt as usize, None);
         if r.is_err() {
@@ -899,15 +1040,16 @@ pub unsafe fn prepare_send(
 
 pub fn rollback(qp: NonNull<GdsQp>, id: u64) -> Result<()> {
     let q = find_qp(qp)?;
-    let mut s = lock(&q.sq);
-    let to = id as u32;
-    let pos: VecDeque<u16> =
-        s.sq.inflight.iter().filter(|&&(st, _)| (st.wrapping_sub(to) as i32) >= 0).map(|&(st, _)| st as u16).collect();
-    for i in pos {
-        s.wrids.remove(&i);
+    if !lock(&q.sq).rollback(id) {
+        gds_warn!("gds_post_send", "rollback id {id:#x} does not match the send queue (reset since?): ignored");
     }
-    s.sq.rollback(id);
     Ok(())
+}
+
+pub fn after_cpu_send(qp: NonNull<GdsQp>) {
+    if let Ok(q) = find_qp(qp) {
+        q.after_cpu_send();
+    }
 }
 
 pub fn prepare_wait(cq: NonNull<GdsCq>, request: &mut WaitRequest) -> Result<()> {
