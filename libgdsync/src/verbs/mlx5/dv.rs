@@ -280,11 +280,11 @@ impl Sq {
     }
 
     /// Forgets WQEs committed but never rung (upstream's ABORT_LATE rollback). An id whose
-    /// counter is not between the oldest WQE in flight and the producer counter (one from before
-    /// a reset) is ignored: returns false.
+    /// counters do not lie between the oldest WQE in flight and the producer counter (one from
+    /// before a reset) is ignored: returns false.
     pub fn rollback(&mut self, id: u64) -> bool {
-        let to = id as u32;
-        if after(self.tail, to) || after(to, self.cur_post) {
+        let (to, at) = (id as u32, (id >> 32) as u32);
+        if after(self.tail, to) || after(to, at) || after(at, self.cur_post) {
             return false;
         }
         while self.inflight.back().is_some_and(|&(s, _)| (s.wrapping_sub(to) as i32) >= 0) {

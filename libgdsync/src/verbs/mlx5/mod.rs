@@ -1084,7 +1084,7 @@ mod tests {
     fn only_signaled_wqes_keep_a_wr_id() {
         let (buf, db, bf) = (vec![0u8; 4 * 64], [0u32; 2], vec![0u8; 512]);
         let sq = Sq::new(buf.as_ptr() as usize, 4, db.as_ptr() as usize, bf.as_ptr() as usize, 256, 7, 64).unwrap();
-        let mut s = SqState { sq, wrids: HashMap::new() };
+        let mut s = SqState::new(sq);
         // WQEs 0..4: unsignaled, unsignaled, signaled, unsignaled, signaled.
         let kept: Vec<bool> = [false, false, true, false, true]
             .iter()
@@ -1097,6 +1097,225 @@ mod tests {
         assert_eq!(s.complete(4), Some(104));
         assert!(s.wrids.is_empty(), "nothing left behind once the signaled ones completed");
         assert_eq!(s.complete(3), None, "an unsignaled index has no wr_id");
+    }
+
+    /// A synthetic send queue of 4 WQEBBs in real memory (the provider's `RawMem` on it).
+    struct Ring {
+        buf: Vec<u8>,
+        db: Box<[u32; 2]>,
+        _bf: Vec<u8>,
+        s: SqState,
+    }
+
+    const CFG: SendCfg = SendCfg { sig_all: false, max_send_sge: 1, dbr_id: 11, bf_id: 22 };
+    const POISON: u8 = 0xa5;
+
+    fn ring() -> Ring {
+        let (buf, db, bf) = (vec![POISON; 4 * 64], Box::new([0u32; 2]), vec![0u8; 512]);
+        let sq = Sq::new(buf.as_ptr() as usize, 4, db.as_ptr() as usize, bf.as_ptr() as usize, 256, 7, 64).unwrap();
+        Ring { buf, db, _bf: bf, s: SqState::new(sq) }
+    }
+
+    fn mem() -> RawMem {
+        // SAFETY: the tests only pass addresses inside a live `Ring`.
+        unsafe { RawMem::new() }
+    }
+
+    /// Prepares one signaled SEND carrying `wr_id`; `state` answers the QP state query and
+    /// counts its calls.
+    fn prepare(r: &mut Ring, wr_id: u64, state: u32, queried: &mut u32) -> Result<Box<SendRequest>> {
+        // SAFETY: all-zero is a valid ExpSendWr and a valid SendRequest.
+        let (mut e, mut req): (ExpSendWr, Box<SendRequest>) =
+            unsafe { (std::mem::zeroed(), Box::new(std::mem::zeroed())) };
+        e.exp_opcode = 2;
+        e.exp_send_flags = 2;
+        e.wr_id = wr_id;
+        let mut q = || {
+            *queried += 1;
+            Ok(state)
+        };
+        // SAFETY: a one-element list on the stack; the ring is live.
+        unsafe {
+            r.s.prepare(&mem(), &CFG, &mut e as *mut ExpSendWr as *mut c_void, std::ptr::null_mut(), &mut req, &mut q)
+        }?;
+        Ok(req)
+    }
+
+    /// What the request's first op stores into the doorbell record (host value of dbrec[1]).
+    fn dbrec_store(req: &SendRequest) -> u32 {
+        assert_eq!(req.commit.entries, 3);
+        assert_eq!(req.wr[0].type_, IBV_EXP_PEER_OP_STORE_DWORD);
+        // SAFETY: a STORE_DWORD op fills dword_va.
+        let d = unsafe { req.wr[0].wr.dword_va };
+        assert_eq!((d.target_id, d.offset), (11, 4), "dbrec[1]");
+        u32::from_be_bytes(d.data.to_ne_bytes())
+    }
+
+    /// The stream (or CPU) executing the request's doorbell-record store.
+    fn ring_it(r: &mut Ring, req: &SendRequest) {
+        // SAFETY: a STORE_DWORD op fills dword_va.
+        r.db[1] = unsafe { req.wr[0].wr.dword_va.data };
+    }
+
+    /// rdma-core's `ibv_modify_qp(RESET)` as seen from our memory: both doorbell words zeroed.
+    fn provider_reset(r: &mut Ring) {
+        r.db[0] = 0;
+        r.db[1] = 0;
+    }
+
+    /// WQE index of the ctrl segment in ring slot `slot` (None: still poisoned).
+    fn wqe_index(r: &Ring, slot: usize) -> Option<u32> {
+        let c = &r.buf[slot * 64..slot * 64 + 4];
+        (c != [POISON; 4]).then(|| u32::from_be_bytes(c.try_into().unwrap()) >> 8)
+    }
+
+    #[test]
+    fn qp_reset_restarts_the_send_queue_at_wqe_0() {
+        let mut r = ring();
+        let mut queried = 0;
+        for i in 0..3u64 {
+            let req = prepare(&mut r, 100 + i, 3, &mut queried).unwrap();
+            assert_eq!(dbrec_store(&req), i as u32 + 1);
+            ring_it(&mut r, &req);
+        }
+        assert_eq!(r.s.wrids.len(), 3);
+        r.db[0] = 5u32.to_be(); // receives posted by libmlx5
+        provider_reset(&mut r);
+        r.buf.fill(POISON);
+        let req = prepare(&mut r, 200, 3, &mut queried).unwrap();
+        assert_eq!(queried, 1, "the state is asked once, on the reset");
+        assert_eq!(wqe_index(&r, 0), Some(0), "the WQE after the reset is WQE 0 in slot 0");
+        assert_eq!(wqe_index(&r, 3), None, "nothing written at the old producer counter");
+        assert_eq!(dbrec_store(&req), 1, "the doorbell record rings 1 WQEBB");
+        assert_eq!(r.s.wrids, HashMap::from([(0, 200)]), "the old wr_ids are gone, the new one kept");
+        assert_eq!((r.s.sq.tail, r.s.sq.inflight.len()), (0, 1), "only the new WQE in flight");
+        assert_eq!(req.commit.rollback_id, 1 << 32);
+        ring_it(&mut r, &req);
+        let req = prepare(&mut r, 201, 3, &mut queried).unwrap();
+        assert_eq!((queried, wqe_index(&r, 1), dbrec_store(&req)), (1, Some(1), 2), "then on as usual");
+        assert_eq!(r.s.complete(1), Some(201));
+        assert!(r.s.wrids.is_empty());
+    }
+
+    #[test]
+    fn no_reset_no_query_and_the_counter_goes_on() {
+        let mut r = ring();
+        let mut queried = 0;
+        // Rings left pending in a stream (the record still 0, then behind): never a reset.
+        let mut reqs = Vec::new();
+        for i in 0..3u64 {
+            reqs.push(prepare(&mut r, 100 + i, 3, &mut queried).unwrap());
+        }
+        assert_eq!(r.s.sq.cur_post, 3);
+        ring_it(&mut r, &reqs[0]);
+        let req = prepare(&mut r, 103, 3, &mut queried).unwrap();
+        assert_eq!((wqe_index(&r, 3), dbrec_store(&req)), (Some(3), 4));
+        assert_eq!(r.s.sq.rung, 1, "the first ring was seen in the record");
+        assert_eq!(r.s.complete(0), Some(100));
+        assert_eq!(r.s.complete(2), Some(102), "in-order completion retires 1 (wr_id 101) too");
+        assert_eq!(r.s.wrids, HashMap::from([(3, 103)]), "the wr_id of an older WQE is stale once a later completes");
+        for q in reqs.iter().skip(1).chain([&req]) {
+            ring_it(&mut r, q);
+        }
+        let req = prepare(&mut r, 104, 3, &mut queried).unwrap();
+        assert_eq!((wqe_index(&r, 0), dbrec_store(&req)), (Some(4), 5), "slot 0 holds WQE 4 after the wrap");
+        assert_eq!(queried, 0, "the state is never asked without a reset");
+    }
+
+    #[test]
+    fn a_qp_left_in_reset_or_error_takes_no_send() {
+        for bad in [verbs::IBV_QPS_RESET, verbs::IBV_QPS_ERR] {
+            let mut r = ring();
+            let mut queried = 0;
+            for i in 0..2 {
+                let req = prepare(&mut r, i, 3, &mut queried).unwrap();
+                ring_it(&mut r, &req);
+            }
+            let _ = prepare(&mut r, 2, 3, &mut queried).unwrap();
+            provider_reset(&mut r);
+            r.buf.fill(POISON);
+            assert_eq!(prepare(&mut r, 9, bad, &mut queried).err(), Some(Errno::EINVAL));
+            assert_eq!((r.s.sq.cur_post, r.s.wrids.len()), (0, 0), "reset taken, nothing posted");
+            assert_eq!(wqe_index(&r, 0), None);
+            assert_eq!(prepare(&mut r, 9, bad, &mut queried).err(), Some(Errno::EINVAL), "asked again");
+            let req = prepare(&mut r, 10, 3, &mut queried).unwrap();
+            assert_eq!((queried, wqe_index(&r, 0), dbrec_store(&req)), (3, Some(0), 1), "RTS again: posted at 0");
+            prepare(&mut r, 11, 3, &mut queried).unwrap();
+            assert_eq!(queried, 3, "not asked once usable");
+        }
+    }
+
+    #[test]
+    fn reset_on_a_multiple_of_2_16_needs_no_move() {
+        // The last ring stored 0 (counter 0x10000): a reset leaves the record as it was, and the
+        // next WQE (index 0, slot 0) is already where the reset QP expects it; only the
+        // wr_id/in-flight bookkeeping of the dropped WQEs differs, and it goes at the next
+        // completion.
+        let mut r = ring();
+        r.s.sq.cur_post = 0xfffe;
+        r.s.sq.committed = 0xfffe;
+        r.s.sq.tail = 0xfffe;
+        r.s.sq.rung = 0xfffe;
+        r.db[1] = 0xfffeu32.to_be();
+        let mut queried = 0;
+        for i in 0..2 {
+            let req = prepare(&mut r, 100 + i, 3, &mut queried).unwrap();
+            ring_it(&mut r, &req);
+        }
+        assert_eq!(r.db[1], 0, "the ring at 0x10000 stores 0");
+        provider_reset(&mut r);
+        r.buf.fill(POISON);
+        let req = prepare(&mut r, 200, 3, &mut queried).unwrap();
+        assert_eq!(queried, 0, "nothing to see");
+        assert_eq!((wqe_index(&r, 0), dbrec_store(&req)), (Some(0), 1), "WQE 0 in slot 0, record 1");
+        assert_eq!(r.s.wrids.len(), 3, "the two dropped wr_ids are still kept");
+        assert_eq!(r.s.complete(0), Some(200));
+        assert!(r.s.wrids.is_empty(), "retired with the first completion after the reset");
+        assert_eq!(r.s.sq.tail, r.s.sq.cur_post);
+        // The same reset after a completion past the multiple is seen: the completed tail
+        // (0x10001) bounds the last ring, and no ring from there on stores 0.
+        let mut r = ring();
+        r.s.sq.cur_post = 0xfffe;
+        r.s.sq.committed = 0xfffe;
+        r.s.sq.tail = 0xfffe;
+        r.s.sq.rung = 0xfffe;
+        r.db[1] = 0xfffeu32.to_be();
+        for i in 0..3 {
+            let req = prepare(&mut r, 100 + i, 3, &mut queried).unwrap();
+            ring_it(&mut r, &req);
+        }
+        assert_eq!(r.s.complete(0), Some(102));
+        assert_eq!((r.s.sq.rung, r.s.sq.tail), (0x10000, 0x10001), "the ring storing 0 seen, the next completed");
+        provider_reset(&mut r);
+        let req = prepare(&mut r, 200, 3, &mut queried).unwrap();
+        assert_eq!((queried, dbrec_store(&req), r.s.sq.cur_post), (1, 1, 1), "seen across the 16-bit wrap");
+        assert_eq!(r.s.wrids, HashMap::from([(0, 200)]));
+    }
+
+    #[test]
+    fn rings_left_pending_across_a_reset_stay_in_bounds() {
+        let mut r = ring();
+        let mut queried = 0;
+        let a = prepare(&mut r, 1, 3, &mut queried).unwrap();
+        ring_it(&mut r, &a);
+        let b = prepare(&mut r, 2, 3, &mut queried).unwrap(); // left pending in a stream
+        let c = prepare(&mut r, 3, 3, &mut queried).unwrap();
+        assert_eq!(r.s.sq.rung, 1);
+        provider_reset(&mut r); // the application's error: resetting under pending work
+        let d = prepare(&mut r, 4, 3, &mut queried).unwrap();
+        assert_eq!((queried, dbrec_store(&d)), (1, 1));
+        // The stale rings run after the reset: the record holds a value none of ours stores.
+        ring_it(&mut r, &b);
+        ring_it(&mut r, &c);
+        assert!(!r.s.rollback(b.commit.rollback_id), "a rollback from before the reset is ignored");
+        assert_eq!(r.s.sq.cur_post, 1);
+        for i in 0..3 {
+            let e = prepare(&mut r, 5 + i, 3, &mut queried).unwrap();
+            assert_eq!(dbrec_store(&e), 2 + i as u32, "going on at our own counter");
+        }
+        assert_eq!(prepare(&mut r, 9, 3, &mut queried).err(), Some(Errno::ENOMEM), "ring full, not overrun");
+        assert_eq!(queried, 1);
+        assert_eq!(r.buf.len(), 256);
     }
 
     #[test]
