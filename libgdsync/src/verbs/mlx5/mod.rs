@@ -19,10 +19,31 @@
 //! Work requests: `num_sge` within the QP's `max_send_sge`, unknown `exp_create_flags` refused,
 //! `wr_id`s kept for signaled WQEs only (an unsignaled one never completes).
 //!
+//! QP reset: the application drives the QP with plain `ibv_modify_qp`, which does not go through
+//! the context's ops table, so it cannot be hooked. On RESET libmlx5 zeroes its indices and both
+//! words of the doorbell record; we see that lazily, on our own post path: each prepare reads
+//! `dbrec[1]` back ([`dv::Sq::check_dbrec`]; one 4-byte read, no call) and compares it with what
+//! our rings can have left there. The last ring that reached the record carries a counter
+//! between the last one seen there (or the completed tail) and the last commit; a 0 that none of
+//! them stores is the reset. Then the send queue restarts at WQE 0, the WQEs in flight and their
+//! `wr_id`s are dropped (they will never complete), and only then is the QP's state asked
+//! (`ibv_query_qp`): while it is RESET or ERROR a prepare fails with `EINVAL` and an error line
+//! (nothing upstream documents another errno; the state is asked again on each prepare until the
+//! QP is usable). What stays invisible: a reset before any ring of ours was seen in the record or
+//! completed (a 0 is then still a legitimate value; `gds_post_send` notes its ring at once), and a
+//! reset where the last ring run may have stored 0 (its counter a multiple of 2^16). In the
+//! second case with that ring the last one, the next WQE (index 0 in slot 0) is already where the
+//! reset QP expects it; the dropped WQEs' `wr_id`s and in-flight entries then go with the first
+//! completion after the reset (a send queue completes in order). Requests prepared before a reset
+//! and executed by a stream after it are the application's error: they store stale counters into
+//! the doorbell record (seen as a foreign value, reported once) and ring the device on stale
+//! WQEs, but they only touch the registered record and BlueFlame register, and our own WQEs are
+//! always written at the counter masked to the ring; a rollback id from before the reset is
+//! ignored. Not handled: libmlx5 also removes the QP's unpolled CQEs from its CQs on RESET
+//! (`mlx5_cq_clean`), which moves its consumer index past ours; poll the CQs empty before a reset.
+//!
 //! Limits: RC/UC only (a UD WQE needs the mlx5 address vector of an AH), no `SEND_WITH_INV`/
-//! `LOCAL_INV`/`TSO`, GEQ waits on even laps (NOR would need the ring's owner bits preset), and an
-//! `ibv_modify_qp` to RESET is not tracked (rdma-core's modify path does not go through the
-//! context's ops table, so it cannot be observed; destroy and re-create the QP instead).
+//! `LOCAL_INV`/`TSO`, GEQ waits on even laps (NOR would need the ring's owner bits preset).
 //! **Never run on hardware**: no mlx5 NIC is reachable from our test machines. The WQE/CQE logic is
 //! unit-tested on synthetic rings (`mlx5dv`); this glue is compiled and reviewed only, which is why
 //! it is opt-in and the default for every device is the CPU proxy.
@@ -225,13 +246,8 @@ impl SqState {
     fn complete(&mut self, wqe_counter: u16) -> Option<u64> {
         let id = self.wrids.remove(&wqe_counter);
         if !self.wrids.is_empty() {
-            let older: Vec<u16> = self
-                .sq
-                .inflight
-                .iter()
-                .map(|&(st, _)| st as u16)
-                .take_while(|&st| st != wqe_counter)
-                .collect();
+            let older: Vec<u16> =
+                self.sq.inflight.iter().map(|&(st, _)| st as u16).take_while(|&st| st != wqe_counter).collect();
             for st in older {
                 self.wrids.remove(&st);
             }
