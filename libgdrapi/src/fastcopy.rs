@@ -105,10 +105,11 @@ pub(crate) unsafe fn copy<const TO: bool>(
     unsafe { general(h, dev, host, n) }
 }
 
-/// The rest of a fast-path copy: the write-combined engines, the fence, the end of the
-/// announcement. Out of line, so the fast path itself needs no saved registers and jumps here;
-/// `extern "C"` because such a function cannot unwind, which is what lets the caller's call be a
-/// jump (a call that might unwind through an `extern "C"` export needs a landing pad).
+/// The rest of a fast-path copy under 16 bytes (or a jump to [`large_then_release`]): the
+/// write-combined helper, the fence, the end of the announcement. Out of line, so the fast path
+/// itself needs no saved registers and jumps here; `extern "C"` because such a function cannot
+/// unwind, which is what lets the caller's call be a jump (a call that might unwind through an
+/// `extern "C"` export needs a landing pad).
 ///
 /// # Safety
 /// `[dev, dev + n)` lies in a live write-combined mapping that `word` keeps mapped; `host` as in
@@ -120,18 +121,51 @@ unsafe extern "C" fn engines_then_release<const TO: bool>(
     host: usize,
     n: usize,
 ) -> c_int {
+    if n >= 16 {
+        // SAFETY: forwarded.
+        return unsafe { large_then_release::<TO>(word, dev, host, n) };
+    }
+    // SAFETY: the caller's contract, and 1 <= n < 16 (n = 0 never takes the fast path).
+    unsafe {
+        if TO {
+            aligned::to_device(dev as *mut u8, host as *const u8, n);
+        } else {
+            wc::load_small(host as *mut u8, dev as *const u8, n);
+        }
+    }
+    release(word)
+}
+
+/// [`engines_then_release`] from 16 bytes up: head, SIMD middle and tail, fence, release.
+///
+/// # Safety
+/// As [`engines_then_release`], and `n >= 16`.
+#[inline(never)]
+unsafe extern "C" fn large_then_release<const TO: bool>(
+    word: &AtomicUsize,
+    dev: usize,
+    host: usize,
+    n: usize,
+) -> c_int {
     // SAFETY: the caller's contract.
     unsafe {
         if TO {
-            wc::store_body(dev as *mut u8, host as *const u8, n);
+            wc::store_large_body(dev as *mut u8, host as *const u8, n);
         } else {
-            wc::load_body(host as *mut u8, dev as *const u8, n);
+            wc::load_large_body(host as *mut u8, dev as *const u8, n);
         }
     }
+    release(word)
+}
+
+/// The end of a fast-path copy: the store fence of a write-combined copy, then the end of the
+/// announcement (after the fence: the copy is complete before an unmapping thread may proceed).
+#[inline(always)]
+fn release(word: &AtomicUsize) -> c_int {
     copy::store_fence();
     word.store(0, Ordering::Release);
-    // Opaque to the optimiser: a constant return would be propagated into the caller, which then
-    // calls instead of jumping here.
+    // Opaque to the optimiser: a constant return would be propagated into the callers, which then
+    // call instead of jumping here.
     std::hint::black_box(0)
 }
 

@@ -88,6 +88,22 @@ mod line_tls {
         ".popsection",
     );
 
+    /// This thread's value of the variable: the offset from the GOT, then one `%fs`-relative load.
+    #[inline(always)]
+    pub(super) fn get() -> *const Reader {
+        let v: *const Reader;
+        // SAFETY: as in `slot`; reads the GOT and this thread's own variable.
+        unsafe {
+            std::arch::asm!(
+                "movq gdrapi_grace_line@gottpoff(%rip), {v}",
+                "movq %fs:({v}), {v}",
+                v = out(reg) v,
+                options(att_syntax, nostack, readonly, preserves_flags),
+            );
+        }
+        v
+    }
+
     /// The address of this thread's copy of the variable.
     #[inline(always)]
     pub(super) fn slot() -> *mut *const Reader {
@@ -120,13 +136,17 @@ mod line_tls {
     pub(super) fn slot() -> *mut *const Reader {
         MINE.with(Cell::as_ptr)
     }
+
+    #[inline(always)]
+    pub(super) fn get() -> *const Reader {
+        MINE.get()
+    }
 }
 
 /// This thread's line, or null.
 #[inline(always)]
 fn mine() -> *const Reader {
-    // SAFETY: the slot is this thread's own variable, aligned and initialised (zero = null).
-    unsafe { *line_tls::slot() }
+    line_tls::get()
 }
 
 fn set_mine(r: *const Reader) {

@@ -105,6 +105,7 @@ pub(crate) fn is_single_access(addr: usize, n: usize) -> bool {
 /// # Safety
 /// `dst` is valid for `n` bytes of writes, `src` for `n` bytes of reads, and they do not overlap.
 /// No alignment is required of either pointer.
+#[inline]
 pub(crate) unsafe fn to_device(dst: *mut u8, src: *const u8, n: usize) {
     // SAFETY: `pieces` yields accesses inside [0, n) whose device address is a multiple of their
     // width; the caller vouches for both ranges.
@@ -116,6 +117,7 @@ pub(crate) unsafe fn to_device(dst: *mut u8, src: *const u8, n: usize) {
 /// # Safety
 /// `dst` is valid for `n` bytes of writes, `src` for `n` bytes of reads, and they do not overlap.
 /// No alignment is required of either pointer.
+#[inline]
 pub(crate) unsafe fn from_device(dst: *mut u8, src: *const u8, n: usize) {
     // SAFETY: as in `to_device`, with the device (source) side aligned.
     pieces(src.addr(), n, |i, w| unsafe { load_one(dst.add(i), src.add(i), w) });

@@ -50,6 +50,9 @@ pub(crate) struct Selection {
     pub(crate) load: Slots,
     pub(crate) engines: Vec<Engine>,
     pub(crate) summary: String,
+    /// x86-64: whether the 16-byte end chunks of a load use MOVNTDQA (SSE4.1), as the 16-byte slot
+    /// does, rather than MOVDQA.
+    pub(crate) stream_chunks: bool,
 }
 
 static SELECTION: OnceLock<Selection> = OnceLock::new();
@@ -151,6 +154,7 @@ fn build() -> Selection {
         store: Slots { w16: s16.f, w32: s32.f, line: sline.f },
         load: Slots { w16: l16.f, w32: l32.f, line: lline.f },
         summary: describe([sline.name, s32.name, s16.name], [lline.name, l32.name, l16.name], &extra),
+        stream_chunks: sse41,
         engines: all,
     }
 }
@@ -171,6 +175,7 @@ fn build() -> Selection {
         store: Slots { w16: s.f, w32: s.f, line: s.f },
         load: Slots { w16: l.f, w32: l.f, line: l.f },
         summary: describe([s.name; 3], [l.name; 3], "cpu: aarch64 asimd (LS64 not used)"),
+        stream_chunks: false,
         engines: all,
     }
 }
@@ -188,6 +193,7 @@ fn build() -> Selection {
         store: Slots { w16: s.f, w32: s.f, line: s.f },
         load: Slots { w16: l.f, w32: l.f, line: l.f },
         summary: describe([s.name; 3], [l.name; 3], "cpu: generic"),
+        stream_chunks: false,
         engines: all,
     }
 }

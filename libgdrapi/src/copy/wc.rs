@@ -18,8 +18,8 @@
 //! 16-byte reads (one per end) where the helper needed up to eight 1-8-byte reads, and an odd
 //! size under 16 bytes costs one or two reads instead of up to four.
 
-use super::select::{self, Slots};
-use super::{Direction, KernelFn, aligned, run_plan};
+use super::select::{self, Selection};
+use super::{Direction, aligned, run_plan};
 
 /// Host -> write-combined mapping. Does not fence.
 ///
@@ -69,6 +69,33 @@ pub(crate) unsafe fn store_general(dev: *mut u8, host: *const u8, n: usize) {
 /// As [`store`].
 #[inline(always)]
 pub(crate) unsafe fn store_body(dev: *mut u8, host: *const u8, n: usize) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        if n < 16 {
+            aligned::to_device(dev, host, n);
+        } else {
+            store_large(dev, host, n);
+        }
+    }
+}
+
+/// A store of 16 bytes or more: head, SIMD middle, tail. Out of line so that the small cases
+/// above need no saved registers.
+///
+/// # Safety
+/// As [`store`].
+#[inline(never)]
+unsafe fn store_large(dev: *mut u8, host: *const u8, n: usize) {
+    // SAFETY: forwarded.
+    unsafe { store_large_body(dev, host, n) }
+}
+
+/// The body of [`store_large`], for callers that are out of line themselves.
+///
+/// # Safety
+/// As [`store_large`].
+#[inline(always)]
+pub(crate) unsafe fn store_large_body(dev: *mut u8, host: *const u8, n: usize) {
     let slots = &select::get().store;
     // SAFETY: forwarded contract; `run_plan` gives each kernel only the alignment it requires.
     unsafe { run_plan(slots, aligned::to_device, Direction::ToDevice, dev, host, n) }
@@ -90,32 +117,116 @@ pub(crate) unsafe fn load_general(host: *mut u8, dev: *const u8, n: usize) {
 /// As [`load`].
 #[inline(always)]
 pub(crate) unsafe fn load_body(host: *mut u8, dev: *const u8, n: usize) {
-    if n == 0 {
-        return;
+    // SAFETY: forwarded contract.
+    unsafe {
+        if n == 0 {
+        } else if n < 16 {
+            load_small(host, dev, n);
+        } else {
+            load_large(host, dev, n);
+        }
     }
+}
+
+/// A load of 1-15 bytes: one aligned 8-byte read when the range lies in one 8-byte word, else one
+/// aligned 16-byte chunk or, when it straddles two, both.
+///
+/// # Safety
+/// As [`load`], and `1 <= n < 16`.
+#[inline(always)]
+pub(crate) unsafe fn load_small(host: *mut u8, dev: *const u8, n: usize) {
     let head = dev.addr() & 15;
-    let slots: &Slots = &select::get().load;
-    // SAFETY: every chunk read starts at a 16-aligned address and holds at least one
-    // byte of [dev, dev + n), so it lies in the same page as that byte, inside the mapping; every
-    // host write stays inside [host, host + n); the middle is 16-aligned on the device side with a
+    let word = dev.addr() & 7;
+    // SAFETY: every device read (an aligned word or chunk) holds at least one byte of
+    // [dev, dev + n), so it lies in the same page, inside the mapping; host writes stay inside
+    // [host, host + n).
+    unsafe {
+        if word + n <= 8 {
+            let v = u64::from_le(dev.sub(word).cast::<u64>().read_volatile()) >> (8 * word);
+            write_low_bytes(host, v, n);
+        } else {
+            load_small_chunks(host, dev, n, head);
+        }
+    }
+}
+
+/// [`load_small`] across an 8-byte boundary: one or two aligned 16-byte chunks. Out of line, so
+/// that the one-word case needs no saved registers.
+///
+/// # Safety
+/// As [`load_small`]; `head` is `dev % 16`.
+#[inline(never)]
+unsafe fn load_small_chunks(host: *mut u8, dev: *const u8, n: usize, head: usize) {
+    let sel = select::get();
+    // SAFETY: as in `load_small`.
+    unsafe {
+        if head + n <= 16 {
+            bounce(sel, dev.sub(head), head, host, n);
+        } else {
+            let first = 16 - head;
+            bounce(sel, dev.sub(head), head, host, first);
+            bounce(sel, dev.add(first), 0, host.add(first), n - first);
+        }
+    }
+}
+
+/// A load of 16 bytes or more: an aligned chunk for a misaligned head, the 16-aligned middle with
+/// the kernels, an aligned chunk for the tail.
+///
+/// # Safety
+/// As [`load`], and `n >= 16`.
+#[inline(never)]
+unsafe fn load_large(host: *mut u8, dev: *const u8, n: usize) {
+    // SAFETY: forwarded.
+    unsafe { load_large_body(host, dev, n) }
+}
+
+/// The body of [`load_large`], for callers that are out of line themselves.
+///
+/// # Safety
+/// As [`load_large`].
+#[inline(always)]
+pub(crate) unsafe fn load_large_body(host: *mut u8, dev: *const u8, n: usize) {
+    let sel = select::get();
+    let head = dev.addr() & 15;
+    // SAFETY: chunk reads as in `load_small`; the middle is 16-aligned on the device side with a
     // length that is a multiple of 16, which the plan splits among the kernels' alignments.
     unsafe {
-        if n < 16 && head + n <= 16 {
-            bounce(slots.w16, dev.sub(head), head, host, n);
-            return;
-        }
         let mut i = 0;
         if head != 0 {
             i = 16 - head;
-            bounce(slots.w16, dev.sub(head), head, host, i);
+            bounce(sel, dev.sub(head), head, host, i);
         }
         let body = (n - i) & !15;
         if body != 0 {
-            run_plan(slots, aligned::from_device, Direction::FromDevice, host.add(i), dev.add(i), body);
+            run_plan(&sel.load, aligned::from_device, Direction::FromDevice, host.add(i), dev.add(i), body);
         }
         let tail = (n - i) & 15;
         if tail != 0 {
-            bounce(slots.w16, dev.add(i + body), 0, host.add(i + body), tail);
+            bounce(sel, dev.add(i + body), 0, host.add(i + body), tail);
+        }
+    }
+}
+
+/// Writes the low `n` (1..=8) bytes of `v` (byte 0 = the least significant) to `host`, with at
+/// most two possibly overlapping stores.
+///
+/// # Safety
+/// `host` is writable for `n` bytes, `1 <= n <= 8`.
+#[inline(always)]
+unsafe fn write_low_bytes(host: *mut u8, v: u64, n: usize) {
+    // SAFETY: each pair covers [0, w) and [n - w, n) with w <= n.
+    unsafe {
+        if n == 8 {
+            host.cast::<u64>().write_unaligned(v.to_le());
+        } else if n >= 4 {
+            host.cast::<u32>().write_unaligned((v as u32).to_le());
+            host.add(n - 4).cast::<u32>().write_unaligned(((v >> (8 * (n - 4))) as u32).to_le());
+        } else if n >= 2 {
+            host.cast::<u16>().write_unaligned((v as u16).to_le());
+            host.add(n - 2).cast::<u16>().write_unaligned(((v >> (8 * (n - 2))) as u16).to_le());
+        } else {
+            host.write(v as u8);
         }
     }
 }
@@ -124,17 +235,44 @@ pub(crate) unsafe fn load_body(host: *mut u8, dev: *const u8, n: usize) {
 #[repr(C, align(16))]
 struct Chunk([u8; 16]);
 
-/// Reads the aligned 16-byte chunk at `chunk` with the 16-byte load kernel and writes its bytes
-/// `[skip, skip + n)` to `host`.
+/// Reads the aligned 16-byte chunk at `chunk` and writes its bytes `[skip, skip + n)` to `host`.
+///
+/// On x86-64 the read is one inline MOVNTDQA (where the 16-byte slot streams too; a streaming
+/// load also brings the rest of the line for the middle's loads) or MOVDQA; elsewhere it is the
+/// selected 16-byte kernel.
 ///
 /// # Safety
 /// `chunk` is 16-aligned and readable for 16 bytes; `skip + n <= 16`, `n >= 1`; `host` is
 /// writable for `n` bytes.
 #[inline(always)]
-unsafe fn bounce(w16: KernelFn, chunk: *const u8, skip: usize, host: *mut u8, n: usize) {
+unsafe fn bounce(sel: &Selection, chunk: *const u8, skip: usize, host: *mut u8, n: usize) {
     let mut c = Chunk([0; 16]);
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: one aligned 16-byte read of `chunk` (MOVNTDQA needs SSE4.1, which `stream_chunks`
+    // says the CPU has) and one aligned 16-byte store into `c`, which is ours.
+    unsafe {
+        let dst = c.0.as_mut_ptr();
+        if sel.stream_chunks {
+            std::arch::asm!(
+                "movntdqa {x}, xmmword ptr [{src}]",
+                "movdqa xmmword ptr [{dst}], {x}",
+                src = in(reg) chunk, dst = in(reg) dst, x = out(xmm_reg) _,
+                options(nostack, preserves_flags),
+            );
+        } else {
+            std::arch::asm!(
+                "movdqa {x}, xmmword ptr [{src}]",
+                "movdqa xmmword ptr [{dst}], {x}",
+                src = in(reg) chunk, dst = in(reg) dst, x = out(xmm_reg) _,
+                options(nostack, preserves_flags),
+            );
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: the kernel contract for width 16 (device side aligned, length 16); `c` is ours.
-    unsafe { w16(c.0.as_mut_ptr(), chunk, 16) };
+    unsafe {
+        (sel.load.w16)(c.0.as_mut_ptr(), chunk, 16)
+    };
     // SAFETY: skip + n <= 16 keeps the reads inside `c`; the caller vouches for `host`.
     unsafe { small_copy(host, c.0.as_ptr().add(skip), n) }
 }
