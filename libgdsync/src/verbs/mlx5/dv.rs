@@ -15,7 +15,9 @@
 //!   lap: `POLL_AND(0x01000000)` on odd laps, `POLL_GEQ(0)` (or `POLL_NOR`) on even ones, on the
 //!   word at byte 60 of the 64-byte CQE view); [`Cq::poll`] is the CPU side: owner/opcode
 //!   validity, parsing, the consumer index in the doorbell record, and the `op_own = 0xF0`
-//!   rewrite that keeps a later-lap GEQ wait from firing on a stale entry.
+//!   rewrite that keeps a later-lap GEQ wait from firing on a stale entry; [`Cq::follow`]
+//!   reads libmlx5's consumer index from the CQ doorbell record and notices that a QP reset's
+//!   `mlx5_cq_clean` moved it past ours (the span it removed: [`Cq::removed`]).
 //!
 //! No mlx5 NIC is reachable from our test machines: everything here is tested against synthetic
 //! rings built from the documented layouts (unit tests below), never against hardware.
@@ -370,11 +372,29 @@ pub struct Cq {
     pub buf: usize,
     pub cqe_cnt: u32,
     pub cqe_size: u32,
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// The CQ doorbell record: `dbrec[0]` is libmlx5's consumer index (big-endian, 24 bits).
     pub dbrec: usize,
+    /// Our consumer index: the next CQE we deliver or walk past.
     pub cons_index: u32,
+    /// libmlx5's consumer index as last followed ([`Cq::follow`]): equal to `cons_index`
+    /// except after libmlx5 removed CQEs (`mlx5_cq_clean` on a QP reset), when the entries
+    /// between the two are no longer in libmlx5's queue and are walked without delivery.
+    pub lib_ci: u32,
+    /// First index of the latest span libmlx5 removed (`removed_from..lib_ci`; empty at first).
+    pub removed_from: u32,
     /// Peer caps include POLL_NOR (else GEQ waits and the 0xF0 rewrite).
     pub nor: bool,
+}
+
+/// What the CQ doorbell record says of libmlx5's consumer index ([`Cq::follow`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Follow {
+    /// Where we last saw it.
+    Same,
+    /// This many entries further (at most one ring): libmlx5 removed CQEs behind our back.
+    Moved(u32),
+    /// A value no clean explains (behind us, or more than a ring ahead): ignored.
+    Foreign(u32),
 }
 
 #[cfg(test)]
@@ -416,7 +436,49 @@ impl Cq {
             gds_err!("gds_mlx5", "invalid mlx5dv CQ (buf {buf:#x}, {cqe_cnt} CQEs of {cqe_size} bytes)");
             return Err(Errno::EINVAL);
         }
-        Ok(Cq { buf, cqe_cnt, cqe_size, dbrec, cons_index: 0, nor })
+        Ok(Cq { buf, cqe_cnt, cqe_size, dbrec, cons_index: 0, lib_ci: 0, removed_from: 0, nor })
+    }
+
+    /// libmlx5's consumer index as it publishes it (`dbrec[0]`: big-endian, low 24 bits).
+    pub fn provider_ci(&self, m: &dyn Mem) -> u32 {
+        let mut b = [0u8; 4];
+        m.read(self.dbrec, &mut b);
+        u32::from_be_bytes(b) & 0xff_ffff
+    }
+
+    /// Follows libmlx5's consumer index. It moves only when libmlx5 consumes: through our own
+    /// poll hook (one CQE at a time, `lib_ci` moved with it), or in `mlx5_cq_clean`, which a QP
+    /// reset runs on the QP's CQs: the QP's unpolled CQEs are removed, the others moved up
+    /// towards the producer end, and the consumer index moved past the freed entries. Such a
+    /// move (at most one ring: only entries the hardware wrote can be freed) extends the
+    /// removed span; our `cons_index` stays, to walk the span without delivery.
+    pub fn follow(&mut self, m: &dyn Mem) -> Follow {
+        let hw = self.provider_ci(m);
+        let ahead = hw.wrapping_sub(self.lib_ci) & 0xff_ffff;
+        if ahead == 0 {
+            return Follow::Same;
+        }
+        if ahead > self.cqe_cnt {
+            return Follow::Foreign(hw);
+        }
+        if self.lib_ci == self.cons_index {
+            self.removed_from = self.cons_index;
+        }
+        self.lib_ci = self.lib_ci.wrapping_add(ahead);
+        Follow::Moved(ahead)
+    }
+
+    /// Index `n` lies in the span libmlx5 removed last: no CQE will be delivered there.
+    pub fn removed(&self, n: u32) -> bool {
+        n.wrapping_sub(self.removed_from) < self.lib_ci.wrapping_sub(self.removed_from)
+    }
+
+    /// The 64-byte view of CQE `n` still holds an entry of `n`'s lap (owner bit of that lap
+    /// and a valid opcode), not one the hardware wrote a ring later.
+    pub fn of_lap(&self, m: &dyn Mem, n: u32) -> bool {
+        let mut b = [0u8; 1];
+        m.read(self.buf + self.cqe64(n) + 63, &mut b);
+        b[0] >> 4 != MLX5_CQE_INVALID && (b[0] & 1 != 0) == (n & self.cqe_cnt != 0)
     }
 
     /// Ring offset of the 64-byte CQE view of CQE `n`.
@@ -468,6 +530,7 @@ impl Cq {
         }
         self.cons_index = self.cons_index.wrapping_add(1);
         m.write(self.dbrec, &be32(self.cons_index & 0xff_ffff));
+        self.lib_ci = self.cons_index;
         Some(cqe)
     }
 }
@@ -710,6 +773,37 @@ mod tests {
         assert!(fires(&m, &cq, 4));
         assert_eq!(wc_status(0x05), 5);
         assert_eq!(wc_status(0x99), 21);
+    }
+
+    #[test]
+    fn cq_follows_libmlx5s_consumer_index_in_24_bits() {
+        let m = fake(0x1000);
+        let mut cq = Cq::new(CQ, 4, 64, CQ_DBR, false).unwrap();
+        let set = |v: u32| m.write(CQ_DBR, &v.to_be_bytes());
+        cq.cons_index = 0x1ff_fffe;
+        cq.lib_ci = 0x1ff_fffe;
+        set(0xff_fffe | 0x5a00_0000); // the top byte is not part of the index
+        assert_eq!(cq.follow(&m), Follow::Same);
+        assert!(!cq.removed(0x1ff_fffe), "nothing removed yet");
+        set(0x00_0001); // a clean freed 3 entries across the 24-bit wrap
+        assert_eq!(cq.follow(&m), Follow::Moved(3));
+        assert_eq!((cq.cons_index, cq.lib_ci, cq.removed_from), (0x1ff_fffe, 0x200_0001, 0x1ff_fffe));
+        assert!(cq.removed(0x1ff_fffe) && cq.removed(0x200_0000) && !cq.removed(0x200_0001));
+        assert!(!cq.removed(0x1ff_fffd), "before the span: an ordinary stale index");
+        set(0x00_0002); // a second clean before the span was walked extends it
+        assert_eq!(cq.follow(&m), Follow::Moved(1));
+        assert_eq!((cq.removed_from, cq.lib_ci), (0x1ff_fffe, 0x200_0002));
+        for v in [0x00_0001, 0x00_0007] {
+            set(v); // behind us, or more than a ring ahead: no clean does that
+            assert_eq!(cq.follow(&m), Follow::Foreign(v));
+            assert_eq!(cq.lib_ci, 0x200_0002, "ignored");
+        }
+        set(0x00_0002);
+        cq.cons_index = cq.lib_ci; // walked
+        set(0x00_0004);
+        assert_eq!(cq.follow(&m), Follow::Moved(2));
+        assert_eq!(cq.removed_from, 0x200_0002, "a later clean starts a new span");
+        assert!(!cq.removed(0x1ff_fffe));
     }
 
     #[test]
