@@ -232,49 +232,68 @@ unsafe fn write_low_bytes(host: *mut u8, v: u64, n: usize) {
 }
 
 /// A 16-byte bounce buffer, aligned like a chunk of the device.
+#[cfg(not(target_arch = "x86_64"))]
 #[repr(C, align(16))]
 struct Chunk([u8; 16]);
 
 /// Reads the aligned 16-byte chunk at `chunk` and writes its bytes `[skip, skip + n)` to `host`.
 ///
 /// On x86-64 the read is one inline MOVNTDQA (where the 16-byte slot streams too; a streaming
-/// load also brings the rest of the line for the middle's loads) or MOVDQA; elsewhere it is the
-/// selected 16-byte kernel.
+/// load also brings the rest of the line for the middle's loads) or MOVDQA, and the bytes go from
+/// the register to the host through general registers: a round trip through the stack would make
+/// the host-side loads wait for a store they only partly overlap (a store-forwarding stall).
+/// Elsewhere the read is the selected 16-byte kernel into a buffer.
 ///
 /// # Safety
 /// `chunk` is 16-aligned and readable for 16 bytes; `skip + n <= 16`, `n >= 1`; `host` is
 /// writable for `n` bytes.
 #[inline(always)]
 unsafe fn bounce(sel: &Selection, chunk: *const u8, skip: usize, host: *mut u8, n: usize) {
-    let mut c = Chunk([0; 16]);
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: one aligned 16-byte read of `chunk` (MOVNTDQA needs SSE4.1, which `stream_chunks`
-    // says the CPU has) and one aligned 16-byte store into `c`, which is ours.
-    unsafe {
-        let dst = c.0.as_mut_ptr();
-        if sel.stream_chunks {
-            std::arch::asm!(
-                "movntdqa {x}, xmmword ptr [{src}]",
-                "movdqa xmmword ptr [{dst}], {x}",
-                src = in(reg) chunk, dst = in(reg) dst, x = out(xmm_reg) _,
-                options(nostack, preserves_flags),
-            );
-        } else {
-            std::arch::asm!(
-                "movdqa {x}, xmmword ptr [{src}]",
-                "movdqa xmmword ptr [{dst}], {x}",
-                src = in(reg) chunk, dst = in(reg) dst, x = out(xmm_reg) _,
-                options(nostack, preserves_flags),
-            );
+    {
+        let (lo, hi): (u64, u64);
+        // SAFETY: one aligned 16-byte read of `chunk`; MOVNTDQA and PEXTRQ need SSE4.1, which
+        // `stream_chunks` says the CPU has; the other branch is SSE2, baseline on x86-64.
+        unsafe {
+            if sel.stream_chunks {
+                std::arch::asm!(
+                    "movntdqa {x}, xmmword ptr [{src}]",
+                    "movq {lo}, {x}",
+                    "pextrq {hi}, {x}, 1",
+                    src = in(reg) chunk, lo = out(reg) lo, hi = out(reg) hi, x = out(xmm_reg) _,
+                    options(nostack, preserves_flags, readonly),
+                );
+            } else {
+                std::arch::asm!(
+                    "movdqa {x}, xmmword ptr [{src}]",
+                    "movq {lo}, {x}",
+                    "psrldq {x}, 8",
+                    "movq {hi}, {x}",
+                    src = in(reg) chunk, lo = out(reg) lo, hi = out(reg) hi, x = out(xmm_reg) _,
+                    options(nostack, preserves_flags, readonly),
+                );
+            }
+        }
+        // Byte i of the chunk is byte i of this little-endian value (x86-64 is little-endian).
+        let v = ((u128::from(hi) << 64) | u128::from(lo)) >> (8 * skip);
+        // SAFETY: the caller vouches for `host` and n <= 16 - skip.
+        unsafe {
+            if n > 8 {
+                host.cast::<u64>().write_unaligned(v as u64);
+                host.add(n - 8).cast::<u64>().write_unaligned((v >> (8 * (n - 8))) as u64);
+            } else {
+                write_low_bytes(host, v as u64, n);
+            }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    // SAFETY: the kernel contract for width 16 (device side aligned, length 16); `c` is ours.
-    unsafe {
-        (sel.load.w16)(c.0.as_mut_ptr(), chunk, 16)
-    };
-    // SAFETY: skip + n <= 16 keeps the reads inside `c`; the caller vouches for `host`.
-    unsafe { small_copy(host, c.0.as_ptr().add(skip), n) }
+    {
+        let mut c = Chunk([0; 16]);
+        // SAFETY: the kernel contract for width 16 (device side aligned, length 16); `c` is ours.
+        unsafe { (sel.load.w16)(c.0.as_mut_ptr(), chunk, 16) };
+        // SAFETY: skip + n <= 16 keeps the reads inside `c`; the caller vouches for `host`.
+        unsafe { small_copy(host, c.0.as_ptr().add(skip), n) }
+    }
 }
 
 /// Copies `n` (1..=16) bytes between ordinary, non-overlapping buffers with two possibly
@@ -282,6 +301,7 @@ unsafe fn bounce(sel: &Selection, chunk: *const u8, skip: usize, host: *mut u8, 
 ///
 /// # Safety
 /// `dst` writable and `src` readable for `n` bytes, `1 <= n <= 16`, no overlap.
+#[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
 unsafe fn small_copy(dst: *mut u8, src: *const u8, n: usize) {
     // SAFETY: each pair covers [0, w) and [n - w, n) with w <= n.
