@@ -241,6 +241,13 @@ unsafe fn run_plan(slots: &select::Slots, helper: KernelFn, dir: Direction, dst:
         Direction::ToDevice => dst.addr(),
         Direction::FromDevice => src.addr(),
     };
+    if (dev_addr | len) & 63 == 0 {
+        // Whole lines only (the common bulk case): the plan would yield exactly this one piece.
+        // SAFETY: the device side is 64-aligned and `len` a multiple of 64, the line slot's
+        // contract; ranges as the caller promises.
+        unsafe { (slots.line)(dst, src, len) };
+        return;
+    }
     plan_wc(dev_addr, len, |op, off, n| {
         let f = match op {
             Op::Aligned => helper,
