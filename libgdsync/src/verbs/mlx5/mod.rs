@@ -1253,6 +1253,17 @@ mod tests {
     const CFG: SendCfg = SendCfg { sig_all: false, max_send_sge: 1, dbr_id: 11, bf_id: 22 };
     const POISON: u8 = 0xa5;
 
+    /// A ring whose counters all stand at `at`, everything before it rung and completed.
+    fn ring_at(at: u32) -> Ring {
+        let mut r = ring();
+        r.s.sq.cur_post = at;
+        r.s.sq.committed = at;
+        r.s.sq.tail = at;
+        r.s.sq.rung = at;
+        r.db[1] = at.to_be();
+        r
+    }
+
     fn ring() -> Ring {
         let (buf, db, bf) = (vec![POISON; 4 * 64], Box::new([0u32; 2]), vec![0u8; 512]);
         let sq = Sq::new(buf.as_ptr() as usize, 4, db.as_ptr() as usize, bf.as_ptr() as usize, 256, 7, 64).unwrap();
@@ -1394,12 +1405,7 @@ mod tests {
         // next WQE (index 0, slot 0) is already where the reset QP expects it; only the
         // wr_id/in-flight bookkeeping of the dropped WQEs differs, and it goes at the next
         // completion.
-        let mut r = ring();
-        r.s.sq.cur_post = 0xfffe;
-        r.s.sq.committed = 0xfffe;
-        r.s.sq.tail = 0xfffe;
-        r.s.sq.rung = 0xfffe;
-        r.db[1] = 0xfffeu32.to_be();
+        let mut r = ring_at(0xfffe);
         let mut queried = 0;
         for i in 0..2 {
             let req = prepare(&mut r, 100 + i, 3, &mut queried).unwrap();
@@ -1417,12 +1423,7 @@ mod tests {
         assert_eq!(r.s.sq.tail, r.s.sq.cur_post);
         // The same reset after a completion past the multiple is seen: the completed tail
         // (0x10001) bounds the last ring, and no ring from there on stores 0.
-        let mut r = ring();
-        r.s.sq.cur_post = 0xfffe;
-        r.s.sq.committed = 0xfffe;
-        r.s.sq.tail = 0xfffe;
-        r.s.sq.rung = 0xfffe;
-        r.db[1] = 0xfffeu32.to_be();
+        let mut r = ring_at(0xfffe);
         for i in 0..3 {
             let req = prepare(&mut r, 100 + i, 3, &mut queried).unwrap();
             ring_it(&mut r, &req);
