@@ -554,9 +554,41 @@ fn table(
     rows
 }
 
+/// The per-call time difference `a - b` in ns, measured in alternating blocks of equal length
+/// (a, b, a, b, ...), so that a machine whose speed drifts between the table's cells (a shared VM)
+/// shifts both sides of each pair alike: median and p10-p90 of the per-pair differences.
+fn paired(a: &Method, b: &Method, len: usize, on: &PairedOn<'_>) -> Stat {
+    let (dir, dev, host, t) = (on.dir, on.dev, on.host, on.t);
+    let block = |m: &Method, iters: usize| {
+        let s = Instant::now();
+        for _ in 0..iters {
+            // SAFETY: the caller passes buffers sized for the largest length + slack.
+            unsafe { m.call(dir, dev, host, len) };
+        }
+        s.elapsed().as_nanos() as f64 / iters as f64
+    };
+    block(a, 16);
+    block(b, 16);
+    let once = block(a, 64).max(1.0);
+    let iters = ((t.sample.as_nanos() as f64 / 4.0 / once) as usize).clamp(16, 1 << 22);
+    let mut d: Vec<f64> = (0..t.samples * 2).map(|_| block(a, iters) - block(b, iters)).collect();
+    d.sort_by(f64::total_cmp);
+    let pick = |q: f64| d[((d.len() - 1) as f64 * q).round() as usize];
+    Stat { med: pick(0.5), p10: pick(0.1), p90: pick(0.9) }
+}
+
+/// Where [`summary`] may run its paired measurements.
+struct PairedOn<'a> {
+    dir: Direction,
+    dev: *mut u8,
+    host: *mut u8,
+    t: &'a Timing,
+}
+
 /// One line per size comparing our public call with the dispatcher and with the other library:
-/// nanoseconds per call and speed ratios (> 1: our public call is faster).
-fn summary(what: &str, methods: &[Method], rows: &[(usize, Vec<Option<f64>>)]) {
+/// nanoseconds per call and speed ratios (> 1: our public call is faster), plus the paired
+/// public-dispatcher difference ([`paired`]).
+fn summary(what: &str, methods: &[Method], rows: &[(usize, Vec<Option<f64>>)], on: &PairedOn<'_>) {
     let col = |want: &dyn Fn(&Method) -> bool| methods.iter().position(want);
     let Some(public) = col(&|m| matches!(m, Method::Public { label, .. } if label.starts_with("public"))) else {
         return;
@@ -569,7 +601,9 @@ fn summary(what: &str, methods: &[Method], rows: &[(usize, Vec<Option<f64>>)]) {
         let Some(p) = ns(Some(public)) else { continue };
         let mut line = format!("summary {what} {}: public {p:.2} ns", human(*len));
         if let Some(d) = ns(dispatch) {
-            line += &format!(", dispatcher {d:.2} ns (public-dispatcher {:+.2} ns, speed x{:.2})", p - d, d / p);
+            let pd = dispatch.map(|i| paired(&methods[public], &methods[i], *len, on));
+            let pd = pd.map_or(String::new(), |s| format!(", paired {:+.2} ns [{:+.2}..{:+.2}]", s.med, s.p10, s.p90));
+            line += &format!(", dispatcher {d:.2} ns (public-dispatcher {:+.2} ns{pd}, speed x{:.2})", p - d, d / p);
         }
         if let Some(o) = ns(other) {
             line += &format!(", other {o:.2} ns (speed x{:.2})", o / p);
@@ -817,7 +851,7 @@ fn main() {
             };
             let rows = table(&format!("{mem}: {what}"), &methods, dir, *dev, host_p, &sizes, &timing);
             let short = if dir == Direction::ToDevice { "stores" } else { "loads" };
-            summary(short, &methods, &rows);
+            summary(short, &methods, &rows, &PairedOn { dir, dev: *dev, host: host_p, t: &timing });
         }
     }
     if !o.threads.is_empty() {
