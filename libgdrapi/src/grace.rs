@@ -76,14 +76,16 @@ mod line_tls {
 
     std::arch::global_asm!(
         // Global but hidden: visible to the other codegen units of this crate (debug builds split
-        // it into many objects), never exported from the shared library.
-        ".globl gdrapi_grace_line",
-        ".hidden gdrapi_grace_line",
+        // it into many objects), never exported from the shared library; "__"-prefixed, the
+        // implementation's namespace, so no C program's own name can collide with it in the
+        // static archive.
+        ".globl __gdrapi_grace_line",
+        ".hidden __gdrapi_grace_line",
         ".pushsection .tbss,\"awT\",@nobits",
         ".balign 8",
-        ".type gdrapi_grace_line,@object",
-        ".size gdrapi_grace_line,8",
-        "gdrapi_grace_line:",
+        ".type __gdrapi_grace_line,@object",
+        ".size __gdrapi_grace_line,8",
+        "__gdrapi_grace_line:",
         ".zero 8",
         ".popsection",
     );
@@ -95,7 +97,7 @@ mod line_tls {
         // SAFETY: as in `slot`; reads the GOT and this thread's own variable.
         unsafe {
             std::arch::asm!(
-                "movq gdrapi_grace_line@gottpoff(%rip), {v}",
+                "movq __gdrapi_grace_line@gottpoff(%rip), {v}",
                 "movq %fs:({v}), {v}",
                 v = out(reg) v,
                 options(att_syntax, nostack, readonly, preserves_flags),
@@ -112,7 +114,7 @@ mod line_tls {
         // from the thread pointer, which `%fs:0` holds. Reads only the GOT and the TCB.
         unsafe {
             std::arch::asm!(
-                "movq gdrapi_grace_line@gottpoff(%rip), {a}",
+                "movq __gdrapi_grace_line@gottpoff(%rip), {a}",
                 "addq %fs:0, {a}",
                 a = out(reg) addr,
                 options(att_syntax, nostack, pure, readonly, preserves_flags),
