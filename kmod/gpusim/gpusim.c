@@ -313,7 +313,9 @@ static int gs_ioc_alloc(struct gs_space *sp, struct gpusim_alloc *arg)
 	u64 size;
 	int ret;
 
-	if (arg->size == 0 || arg->flags != 0 || arg->size > U64_MAX - GS_PAGE_MASK)
+	u64 va;
+
+	if (arg->size == 0 || (arg->flags & ~GPUSIM_ALLOC_ALIGN_2M) || arg->size > U64_MAX - GS_PAGE_MASK)
 		return -EINVAL;
 	size = (arg->size + GS_PAGE_MASK) & ~GS_PAGE_MASK;
 	if (size > gs.bar_size)
@@ -333,15 +335,18 @@ static int gs_ioc_alloc(struct gs_space *sp, struct gpusim_alloc *arg)
 
 	mutex_lock(&gs.lock);
 	/* VAs are never reused; a one-page hole between allocations catches overruns. */
-	if (sp->next_va + size > GPUSIM_VA_BASE + GPUSIM_VA_SPAN) {
+	va = sp->next_va;
+	if (arg->flags & GPUSIM_ALLOC_ALIGN_2M)
+		va = ALIGN(va, 2ULL << 20);
+	if (va + size > GPUSIM_VA_BASE + GPUSIM_VA_SPAN) {
 		ret = -ENOMEM;
 		goto unlock;
 	}
 	ret = gs_take_pages_locked(a->pages, a->npages);
 	if (ret)
 		goto unlock;
-	a->va = sp->next_va;
-	sp->next_va += size + GS_PAGE_SIZE;
+	a->va = va;
+	sp->next_va = va + size + GS_PAGE_SIZE;
 	list_add_tail(&a->node, &sp->allocs);
 	arg->gpu_va = a->va;
 	gs_dbg(1, "alloc: pid %d va 0x%llx size 0x%llx first page %u\n",
@@ -371,6 +376,55 @@ static int gs_ioc_free(struct gs_space *sp, u64 va)
 	mutex_unlock(&gs.lock);
 	gs_dbg(1, "free: pid %d va 0x%llx\n", task_tgid_nr(current), va);
 	gs_alloc_destroy(sp, a, &pins);
+	return 0;
+}
+
+/*
+ * GPUSIM_IOC_INVALIDATE: the free callbacks of the non-persistent pins overlapping the range,
+ * with the same protocol as gs_alloc_destroy() (state GS_PIN_CALLBACK under gs.lock, callbacks
+ * without it, then the pins leave the registry), but the allocation, its pages and the CPU
+ * mappings stay.
+ */
+static int gs_ioc_invalidate(struct gs_space *sp, u64 va, u64 len)
+{
+	struct gs_alloc *a;
+	struct gs_pin *pin, *tmp;
+	LIST_HEAD(pins);
+
+	if (len == 0)
+		return -EINVAL;
+	mutex_lock(&gs.lock);
+	a = gs_alloc_find_locked(sp, va, len);
+	if (!a) {
+		mutex_unlock(&gs.lock);
+		return -EINVAL;
+	}
+	list_for_each_entry_safe(pin, tmp, &a->pins, alloc_node) {
+		if (pin->va < va + len && va < pin->va + pin->len) {
+			pin->state = GS_PIN_CALLBACK;
+			pin->cb_task = current;
+			list_move_tail(&pin->alloc_node, &pins);
+		}
+	}
+	mutex_unlock(&gs.lock);
+
+	list_for_each_entry(pin, &pins, alloc_node) {
+		gs_dbg(1, "free callback (part of 0x%llx freed): pid %d va 0x%llx len 0x%llx\n",
+		       va, task_tgid_nr(current), pin->va, pin->len);
+		pin->free_callback(pin->data);
+	}
+
+	mutex_lock(&gs.lock);
+	list_for_each_entry_safe(pin, tmp, &pins, alloc_node) {
+		list_del(&pin->reg_node);
+		list_del_init(&pin->alloc_node);
+		pin->state = GS_PIN_DONE;
+		gs.active_pins--;
+		gs.callbacks_run++;
+		gs_pin_unref_locked(pin);
+	}
+	mutex_unlock(&gs.lock);
+	wake_up_all(&gs.wq);
 	return 0;
 }
 
@@ -773,6 +827,13 @@ static long gs_ioctl(struct file *file, unsigned int cmd, unsigned long uarg)
 		if (copy_to_user(up, &arg, sizeof(arg)))
 			return -EFAULT;
 		return 0;
+	}
+	case GPUSIM_IOC_INVALIDATE: {
+		struct gpusim_invalidate arg;
+
+		if (copy_from_user(&arg, up, sizeof(arg)))
+			return -EFAULT;
+		return gs_ioc_invalidate(sp, arg.gpu_va, arg.size);
 	}
 	case GPUSIM_IOC_EXPORT_DMABUF:
 		return gs_ioc_export_dmabuf(sp, up);

@@ -38,9 +38,13 @@
 /* Allocate size bytes (rounded up to 64 KiB) of device memory. */
 struct gpusim_alloc {
 	__u64 size;    /* in: bytes, > 0 */
-	__u64 flags;   /* in: must be 0 */
-	__u64 gpu_va;  /* out: GPU virtual address, 64 KiB aligned */
+	__u64 flags;   /* in: 0 or GPUSIM_ALLOC_ALIGN_2M */
+	__u64 gpu_va;  /* out: GPU virtual address, 64 KiB aligned (2 MiB with the flag) */
 };
+
+/* The GPU VA is 2 MiB aligned (CUDA's large pages; cudasim's sub-allocation regions). Only the
+ * address is aligned: the allocation still takes size rounded up to 64 KiB of BAR pages. */
+#define GPUSIM_ALLOC_ALIGN_2M 0x1
 
 /* Free an allocation by its exact start address. */
 struct gpusim_free {
@@ -82,6 +86,19 @@ struct gpusim_export_dmabuf {
 	__s32 fd;      /* out: the dma-buf file descriptor (O_CLOEXEC) */
 };
 
+/*
+ * Run the free callbacks of the non-persistent pins that overlap [gpu_va, gpu_va + size) inside
+ * one allocation, as freeing that part would, without freeing anything: cudasim sub-allocates
+ * small cuMemAllocs from one gpusim allocation (a 2 MiB region, as CUDA does) and calls this when
+ * one of them is freed while its neighbours live on. Each such pin is invalidated whole (the
+ * pinned range, 64 KiB pages, may extend over neighbours); pins that do not overlap stay valid,
+ * persistent pins are never affected. The caller's CPU mappings are left alone.
+ */
+struct gpusim_invalidate {
+	__u64 gpu_va;  /* in: any address inside one allocation */
+	__u64 size;    /* in: bytes, > 0, inside the same allocation */
+};
+
 /* CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE: only coherent (Grace) platforms support it; this
  * simulated discrete GPU refuses it with EOPNOTSUPP, as the real driver does on x86. */
 #define GPUSIM_EXPORT_FORCE_PCIE 0x1
@@ -91,6 +108,7 @@ struct gpusim_export_dmabuf {
 #define GPUSIM_IOC_INFO  _IOR(GPUSIM_IOC_MAGIC, 3, struct gpusim_info)
 #define GPUSIM_IOC_QUERY _IOWR(GPUSIM_IOC_MAGIC, 4, struct gpusim_query)
 #define GPUSIM_IOC_EXPORT_DMABUF _IOWR(GPUSIM_IOC_MAGIC, 5, struct gpusim_export_dmabuf)
+#define GPUSIM_IOC_INVALIDATE _IOW(GPUSIM_IOC_MAGIC, 6, struct gpusim_invalidate)
 
 /*
  * Errors: EINVAL bad argument or unknown address; ENOMEM BAR exhausted or VA space exhausted;
@@ -99,6 +117,7 @@ struct gpusim_export_dmabuf {
  * space is its own). mmap: EINVAL unless MAP_SHARED and the range lies inside one allocation;
  * EACCES as above. Mappings are not inherited across fork (VM_DONTCOPY) and are write-combining;
  * after FREE, access to an old mapping raises SIGBUS.
+ * INVALIDATE: EINVAL size 0 or range not inside one allocation.
  * EXPORT_DMABUF: EINVAL unaligned or outside one allocation, bad flags; EOPNOTSUPP FORCE_PCIE;
  * EMFILE no free descriptor. mmap() of the dma-buf: ENOTSUPP (524) while the module parameter
  * dmabuf_mmap is 0 at export time (driver 580 on a discrete GPU); else a shared write-combining

@@ -189,6 +189,56 @@ fn dma_buf_backend_pins_maps_and_copies() {
     cuda.free(dptr);
 }
 
+/// cudasim sub-allocates small cuMemAllocs as CUDA does: a buffer that starts 4 KiB into a 2 MiB
+/// region (host-page aligned, not 64 KiB aligned) and shares host pages with its neighbours pins,
+/// maps and copies at `ptr - info.va`, without touching the neighbours' bytes.
+#[test]
+fn dma_buf_backend_pins_a_suballocated_buffer() {
+    if std::env::var_os(CHILD).is_none() {
+        return run_in_child("dma_buf_backend_pins_a_suballocated_buffer");
+    }
+    let cuda = Cuda::init();
+    let gdr = Gdr::open().expect("dma-buf backend with cudasim");
+    let a = cuda.alloc(4096);
+    let b = cuda.alloc(3000);
+    let c = cuda.alloc(256);
+    assert_eq!(a % (2 << 20), 0, "a fresh process's first allocation starts a 2 MiB region");
+    assert_eq!((b, c), (a + 4096, a + 4096 + 3072), "small allocations are adjacent (256-byte slots)");
+    assert_ne!(b % 65536, 0);
+    let (pa, pc) = (pattern(0xa0, 4096), pattern(0xc0, 256));
+    cuda.write(a, &pa);
+    cuda.write(c, &pc);
+
+    let buf = gdr.pin(b, 3000).unwrap();
+    let info = buf.info().unwrap();
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+    assert_eq!(info.va, b & !(page - 1), "dma-buf backend: va rounded down to the host page");
+    assert_eq!(info.mapped_size, (b + 3000 - info.va).div_ceil(page) * page);
+    let off = (b - info.va) as usize;
+    let mut map = buf.map().unwrap();
+    let data = pattern(0x5b, 3000);
+    map.write(off, &data).unwrap();
+    assert_eq!(cuda.read(b, 3000), data, "GPU view of the buffer after a write through the mapping");
+    assert_eq!((cuda.read(a, 4096), cuda.read(c, 256)), (pa.clone(), pc.clone()), "neighbours untouched");
+    let data2 = pattern(0x77, 3000);
+    cuda.write(b, &data2);
+    let mut back = vec![0u8; 3000];
+    map.read(off, &mut back).unwrap();
+    assert_eq!(back, data2, "mapping view after a GPU write");
+
+    // Freeing a neighbour leaves the buffer, its pin and its mapping alone.
+    cuda.free(a);
+    assert_eq!(buf.invalidated(), Ok(false));
+    map.read(off, &mut back).unwrap();
+    assert_eq!(back, data2);
+    assert_eq!(cuda.read(c, 256), pc);
+    drop(map);
+    drop(buf);
+    cuda.free(b);
+    cuda.free(c);
+}
+
 fn libc_ebadf() -> c_int {
     Errno::EBADF.0
 }

@@ -17,6 +17,11 @@ pub type R<T> = Result<T, CUresult>;
 
 /// Device page size and allocation granularity: 64 KiB, as NVIDIA GPUs.
 pub const GPU_PAGE: u64 = 0x10000;
+/// cuMemAlloc alignment and size granularity of small allocations (CUDA documents at least 256).
+pub const SUBALLOC_ALIGN: u64 = 256;
+/// Size and alignment of the regions small allocations are carved from; allocations of at least
+/// this size get a region of their own (2 MiB aligned, size rounded up to 64 KiB).
+pub const REGION_SIZE: u64 = 2 << 20;
 pub const DEFAULT_DRIVER_VERSION: i32 = 13000;
 const DEFAULT_HOST_MEM: u64 = 16 << 30;
 
@@ -132,9 +137,58 @@ pub enum Kind {
 pub enum Backing {
     None,
     Anon { addr: u64, len: u64 },
-    Memfd { fd: Arc<Fd>, addr: u64, len: u64 },
-    Gpusim { va: u64, len: u64 },
+    /// A cuMemAlloc allocation: a slot of the region at `region` (Tables::regions).
+    Sub { region: u64 },
     Vmm { phys: u64, offset: u64, len: u64 },
+}
+
+/// One piece of a host-backend region under `CUDASIM_DMABUF=1`: `[off, off+len)` of the region
+/// is the memfd `fd` from its offset 0, so that a dup of `fd` is a "dma-buf" starting at `off`.
+pub struct Seg {
+    pub off: u64,
+    pub len: u64,
+    pub fd: Arc<Fd>,
+    /// Handed out by cuMemGetHandleForAddressRange: never split again (its fd must keep
+    /// sharing memory with the device range).
+    pub exported: bool,
+}
+
+pub enum RegionMem {
+    /// Host backend: anonymous memory.
+    Anon,
+    /// Host backend with dma-buf export: memfds, split at export starts (see dmabuf_fd).
+    Memfd(Vec<Seg>),
+    /// One gpusim allocation, mapped at its GPU VA.
+    Gpusim,
+}
+
+/// A stretch of device memory that cuMemAlloc sub-allocates from, as CUDA does: a 2 MiB region
+/// shared by small allocations (`shared`), or a large allocation's own region.
+pub struct Region {
+    pub base: u64,
+    pub len: u64,
+    pub shared: bool,
+    /// Allocated slots: offset -> length (the requested size rounded up to 256 bytes).
+    pub slots: BTreeMap<u64, u64>,
+    pub mem: RegionMem,
+}
+
+impl Region {
+    pub fn end(&self) -> u64 {
+        self.base + self.len
+    }
+
+    /// First fit: the lowest offset with `need` free bytes.
+    fn fit(&self, need: u64) -> Option<u64> {
+        let mut cur = 0;
+        for (&off, &len) in &self.slots {
+            if off - cur >= need {
+                return Some(cur);
+            }
+            cur = off + len;
+        }
+        (self.len - cur >= need).then_some(cur)
+    }
 }
 
 /// One entry of the range table: device allocation, host allocation, registered host range or
@@ -203,6 +257,8 @@ pub struct Tables {
     pub events: HashMap<u64, Arc<Event>>,
     pub phys: HashMap<u64, Phys>,
     pub reserves: BTreeMap<u64, Reserve>,
+    /// cuMemAlloc regions by base address.
+    pub regions: BTreeMap<u64, Region>,
     pub host_used: u64,
     pub next_buffer_id: u64,
 }
@@ -211,6 +267,11 @@ impl Tables {
     /// The range containing `addr`, if any.
     pub fn find(&self, addr: u64) -> Option<&Range> {
         self.ranges.range(..=addr).next_back().map(|(_, r)| r).filter(|r| addr < r.end())
+    }
+
+    /// The cuMemAlloc region containing `addr`, if any.
+    pub fn region(&self, addr: u64) -> Option<&Region> {
+        self.regions.range(..=addr).next_back().map(|(_, r)| r).filter(|r| addr < r.end())
     }
 
     pub fn find_mut(&mut self, addr: u64) -> Option<&mut Range> {
@@ -252,6 +313,8 @@ pub struct Driver {
     pub backend: Backend,
     pub t: Mutex<Tables>,
     all_streams: Mutex<Vec<Weak<Stream>>>,
+    /// Serialises cuMemAlloc/cuMemFree region bookkeeping (taken before `t`, never inside it).
+    alloc_lock: Mutex<()>,
 }
 
 static DRIVER: Mutex<Option<Arc<Driver>>> = Mutex::new(None);
@@ -312,6 +375,7 @@ pub fn init(flags: u32) -> R<()> {
         backend,
         t: Mutex::new(tables),
         all_streams: Mutex::new(Vec::new()),
+        alloc_lock: Mutex::new(()),
     }));
     Ok(())
 }
@@ -679,26 +743,64 @@ impl Driver {
         );
     }
 
-    /// cuMemAlloc: 64 KiB aligned device memory in the current context.
+    /// cuMemAlloc, laid out as CUDA does: allocations below 2 MiB are carved (first fit, 256-byte
+    /// granularity) from shared 2 MiB regions, so consecutive small allocations are adjacent and
+    /// share 64 KiB GPU pages; larger ones get a 2 MiB-aligned region of their own.
     pub fn mem_alloc(&self, size: u64) -> R<u64> {
         if size == 0 {
             return Err(err::INVALID_VALUE);
         }
         let c = self.current()?;
-        let len = round_up(size, GPU_PAGE).ok_or(err::OUT_OF_MEMORY)?;
-        let backing = match &self.backend {
+        let large = size >= REGION_SIZE;
+        let slot = round_up(size, if large { GPU_PAGE } else { SUBALLOC_ALIGN }).ok_or(err::OUT_OF_MEMORY)?;
+        let _a = lock(&self.alloc_lock);
+        if !large {
+            let mut t = self.tables();
+            let hit = t.regions.values().filter(|r| r.shared).find_map(|r| r.fit(slot).map(|off| (r.base, off)));
+            if let Some((rb, off)) = hit {
+                t.regions.get_mut(&rb).expect("found above").slots.insert(off, slot);
+                let base = rb + off;
+                self.insert_range(&mut t, base, size, Kind::Device, c.handle, c.device, 0, Backing::Sub { region: rb });
+                return Ok(base);
+            }
+        }
+        let mut region = self.region_create(if large { slot } else { REGION_SIZE }, !large)?;
+        region.slots.insert(0, slot);
+        let base = region.base;
+        let mut t = self.tables();
+        t.regions.insert(base, region);
+        self.insert_range(&mut t, base, size, Kind::Device, c.handle, c.device, 0, Backing::Sub { region: base });
+        Ok(base)
+    }
+
+    /// A new, empty region of `len` bytes (a 64 KiB multiple) at a 2 MiB-aligned address.
+    fn region_create(&self, len: u64, shared: bool) -> R<Region> {
+        let (base, mem) = match &self.backend {
             Backend::Gpusim(g) => {
-                let va = g.alloc_mapped(len).map_err(|e| {
+                let va = match g.alloc_mapped(len, gpusim::ALLOC_ALIGN_2M) {
+                    Err(e) if e.raw_os_error() == Some(sys::EINVAL) => {
+                        crate::log!("gpusim.ko without GPUSIM_ALLOC_ALIGN_2M: regions only 64 KiB aligned");
+                        g.alloc_mapped(len, 0)
+                    }
+                    r => r,
+                }
+                .map_err(|e| {
                     crate::log!("gpusim allocation of {len:#x} bytes failed: {e}");
                     if e.raw_os_error() == Some(sys::ENOMEM) { err::OUT_OF_MEMORY } else { err::UNKNOWN }
                 })?;
-                Backing::Gpusim { va, len }
+                (va, RegionMem::Gpusim)
             }
             Backend::Host => {
                 self.host_reserve(len)?;
-                let b = if self.cfg.dmabuf { host_map_memfd(len) } else { host_map_anon(len) };
-                match b {
-                    Ok(b) => b,
+                let m = if self.cfg.dmabuf {
+                    host_map_memfd(len).map(|(addr, fd)| {
+                        (addr, RegionMem::Memfd(vec![Seg { off: 0, len, fd: Arc::new(fd), exported: false }]))
+                    })
+                } else {
+                    host_map_anon(len).map(|addr| (addr, RegionMem::Anon))
+                };
+                match m {
+                    Ok(m) => m,
                     Err(e) => {
                         self.host_unreserve(len);
                         return Err(e);
@@ -706,14 +808,40 @@ impl Driver {
                 }
             }
         };
-        let base = match &backing {
-            Backing::Gpusim { va, .. } => *va,
-            Backing::Anon { addr, .. } | Backing::Memfd { addr, .. } => *addr,
-            _ => unreachable!(),
-        };
+        Ok(Region { base, len, shared, slots: BTreeMap::new(), mem })
+    }
+
+    /// cuMemFree of one slot: the region goes with its last allocation. Until then, gpusim runs
+    /// the free callbacks of the pins overlapping the freed bytes (docs/cudasim.md).
+    fn sub_free(&self, rb: u64, base: u64, size: u64) {
+        let _a = lock(&self.alloc_lock);
         let mut t = self.tables();
-        self.insert_range(&mut t, base, size, Kind::Device, c.handle, c.device, 0, backing);
-        Ok(base)
+        let Some(reg) = t.regions.get_mut(&rb) else { return };
+        reg.slots.remove(&(base - rb));
+        if !reg.slots.is_empty() {
+            drop(t);
+            if let Backend::Gpusim(g) = &self.backend
+                && let Err(e) = g.invalidate(base, size)
+            {
+                crate::log!("gpusim invalidation of freed {base:#x}+{size:#x} failed: {e}");
+            }
+            return;
+        }
+        let reg = t.regions.remove(&rb).expect("present");
+        drop(t);
+        // SAFETY: the region is ours, out of the tables, and every allocation in it was freed
+        // and drained.
+        if let Err(e) = unsafe { sys::unmap(reg.base, reg.len) } {
+            crate::log!("munmap({:#x}, {:#x}) failed: {e}", reg.base, reg.len);
+        }
+        match (&self.backend, reg.mem) {
+            (Backend::Gpusim(g), _) => {
+                if let Err(e) = g.free(reg.base) {
+                    crate::log!("gpusim free of {:#x} failed: {e}", reg.base);
+                }
+            }
+            (Backend::Host, _) => self.host_unreserve(reg.len),
+        }
     }
 
     fn host_reserve(&self, len: u64) -> R<()> {
@@ -752,27 +880,14 @@ impl Driver {
         self.drain(r.base, r.end());
         match r.backing {
             Backing::None => {}
-            Backing::Anon { addr, len } | Backing::Memfd { addr, len, .. } => {
+            Backing::Anon { addr, len } => {
                 // SAFETY: the range was removed from the table and no stream op touches it any
-                // more; the mapping was created by us for this allocation only.
+                // more; the mapping was created by us for this host allocation only.
                 if let Err(e) = unsafe { sys::unmap(addr, len) } {
                     crate::log!("munmap({addr:#x}, {len:#x}) failed: {e}");
                 }
-                if r.kind == Kind::Device {
-                    self.host_unreserve(len);
-                }
             }
-            Backing::Gpusim { va, len } => {
-                // SAFETY: as above, for the gpusim mapping at the allocation's GPU VA.
-                let _ = unsafe { sys::unmap(va, len) };
-                let res = match &self.backend {
-                    Backend::Gpusim(g) => g.free(va),
-                    Backend::Host => Ok(()),
-                };
-                if let Err(e) = res {
-                    crate::log!("gpusim free of {va:#x} failed: {e}");
-                }
-            }
+            Backing::Sub { region } => self.sub_free(region, r.base, r.size),
             Backing::Vmm { phys, offset: _, len } => self.vmm_unmap_one(r.base, len, phys),
         }
     }
@@ -850,22 +965,37 @@ impl Driver {
         if let Backend::Gpusim(g) = &self.backend {
             return self.gpusim_dmabuf_fd(g, ptr, size, flags);
         }
-        let t = self.tables();
-        let r = t.find(ptr).ok_or(err::INVALID_VALUE)?;
-        let (fd, maplen) = match (&r.backing, r.base == ptr) {
-            (Backing::Memfd { fd, len, .. }, true) => (Arc::clone(fd), *len),
-            (Backing::Vmm { phys, offset: 0, len }, true) => match t.phys.get(phys).and_then(|p| p.fd.clone()) {
-                Some(fd) => (fd, *len),
-                None => return Err(err::INVALID_VALUE),
-            },
-            _ => {
-                crate::log!("dma-buf export of {ptr:#x}: only whole allocations from their base are supported");
+        let end = ptr.checked_add(size).ok_or(err::INVALID_VALUE)?;
+        // A split below copies memory: let no queued stream operation write it meanwhile.
+        self.drain(ptr, end);
+        let mut t = self.tables();
+        let fd = if let Some(r) = t.find(ptr).filter(|r| r.kind == Kind::Vmm) {
+            let (fd, maplen) = match (&r.backing, r.base == ptr) {
+                (Backing::Vmm { phys, offset: 0, len }, true) => match t.phys.get(phys).and_then(|p| p.fd.clone()) {
+                    Some(fd) => (fd, *len),
+                    None => return Err(err::INVALID_VALUE),
+                },
+                _ => {
+                    crate::log!("dma-buf export of {ptr:#x}: only VMM mappings from their base are supported");
+                    return Err(err::INVALID_VALUE);
+                }
+            };
+            if size > maplen {
                 return Err(err::INVALID_VALUE);
             }
+            fd
+        } else {
+            let rb = match t.region(ptr) {
+                Some(reg) if end <= reg.end() => reg.base,
+                _ => {
+                    crate::log!("dma-buf export of {ptr:#x}+{size:#x}: not inside one cuMemAlloc region");
+                    return Err(err::INVALID_VALUE);
+                }
+            };
+            let reg = t.regions.get_mut(&rb).expect("found above");
+            let RegionMem::Memfd(segs) = &mut reg.mem else { return Err(err::INVALID_VALUE) };
+            host_export_seg(segs, rb, ptr, size)?
         };
-        if size > maplen {
-            return Err(err::INVALID_VALUE);
-        }
         fd.dup_raw().map_err(|e| {
             crate::log!("dup of the allocation's memfd failed: {e}");
             err::OPERATING_SYSTEM
@@ -879,12 +1009,16 @@ impl Driver {
             crate::log!("dma-buf export: the PCIe mapping type needs a coherent (Grace) platform");
             return Err(err::NOT_SUPPORTED);
         }
-        match self.tables().find(ptr) {
-            Some(r) if matches!(r.kind, Kind::Device | Kind::Vmm) => {}
-            _ => {
-                crate::log!("dma-buf export of {ptr:#x}: not device memory");
-                return Err(err::INVALID_VALUE);
-            }
+        let t = self.tables();
+        let end = ptr.checked_add(size).ok_or(err::INVALID_VALUE)?;
+        // Any range inside one region (it may start or end in a neighbour's bytes or a free
+        // slot, as CUDA's sub-allocated memory does) or inside one VMM mapping.
+        let ok = t.region(ptr).is_some_and(|reg| end <= reg.end())
+            || t.find(ptr).is_some_and(|r| r.kind == Kind::Vmm && end <= r.end());
+        drop(t);
+        if !ok {
+            crate::log!("dma-buf export of {ptr:#x}+{size:#x}: not inside one device allocation region");
+            return Err(err::INVALID_VALUE);
         }
         g.export_dmabuf(ptr, size).map_err(|e| {
             crate::log!("gpusim dma-buf export of {ptr:#x}+{size:#x} failed: {e}");
@@ -1194,35 +1328,98 @@ fn trim(raw: u64, len: u64, base: u64, size: u64) {
     }
 }
 
-/// Host-mode device memory: anonymous, 64 KiB aligned.
-fn host_map_anon(len: u64) -> R<Backing> {
-    let raw = sys::mmap_anon(len + GPU_PAGE, sys::PROT_READ | sys::PROT_WRITE, 0).map_err(|e| {
+/// Host-mode device memory: anonymous, 2 MiB aligned.
+fn host_map_anon(len: u64) -> R<u64> {
+    let raw = sys::mmap_anon(len + REGION_SIZE, sys::PROT_READ | sys::PROT_WRITE, 0).map_err(|e| {
         crate::log!("mmap of {len:#x} bytes failed: {e}");
         err::OUT_OF_MEMORY
     })?;
-    let base = round_up(raw, GPU_PAGE).expect("within the mapping");
-    trim(raw, len + GPU_PAGE, base, len);
-    Ok(Backing::Anon { addr: base, len })
+    let base = round_up(raw, REGION_SIZE).expect("within the mapping");
+    trim(raw, len + REGION_SIZE, base, len);
+    Ok(base)
 }
 
-/// Host-mode device memory backed by a memfd (so that it can be exported as a "dma-buf").
-fn host_map_memfd(len: u64) -> R<Backing> {
+/// Host-mode device memory backed by a memfd (so that it can be exported as a "dma-buf"), 2 MiB
+/// aligned.
+fn host_map_memfd(len: u64) -> R<(u64, Fd)> {
     let fd = sys::memfd(c"cudasim-device", len).map_err(|e| {
         crate::log!("memfd of {len:#x} bytes failed: {e}");
         err::OUT_OF_MEMORY
     })?;
-    let raw = sys::mmap_anon(len + GPU_PAGE, sys::PROT_NONE, sys::MAP_NORESERVE).map_err(|_| err::OUT_OF_MEMORY)?;
-    let base = round_up(raw, GPU_PAGE).expect("within the mapping");
+    let raw =
+        sys::mmap_anon(len + REGION_SIZE, sys::PROT_NONE, sys::MAP_NORESERVE).map_err(|_| err::OUT_OF_MEMORY)?;
+    let base = round_up(raw, REGION_SIZE).expect("within the mapping");
     // SAFETY: [base, base+len) lies inside the PROT_NONE reservation just made.
     let r = unsafe {
         sys::mmap_raw(base, len, sys::PROT_READ | sys::PROT_WRITE, sys::MAP_SHARED | sys::MAP_FIXED, fd.0, 0)
     };
     if let Err(e) = r {
         // SAFETY: our own reservation, unused.
-        let _ = unsafe { sys::unmap(raw, len + GPU_PAGE) };
+        let _ = unsafe { sys::unmap(raw, len + REGION_SIZE) };
         crate::log!("mmap of the memfd failed: {e}");
         return Err(err::OUT_OF_MEMORY);
     }
-    trim(raw, len + GPU_PAGE, base, len);
-    Ok(Backing::Memfd { fd: Arc::new(fd), addr: base, len })
+    trim(raw, len + REGION_SIZE, base, len);
+    Ok((base, fd))
+}
+
+/// Host backend: the memfd whose offset 0 is `ptr`, for a "dma-buf" of `[ptr, ptr+size)` in the
+/// region at `rb`. A memfd cannot start at an offset, so a segment not yet exported is split at
+/// `ptr`: its tail moves into a new memfd mapped over the same addresses (contents copied). An
+/// exported segment is never split again (its fd must keep sharing memory with the device), so
+/// a range starting inside one, or spanning two segments, is refused.
+fn host_export_seg(segs: &mut Vec<Seg>, rb: u64, ptr: u64, size: u64) -> R<Arc<Fd>> {
+    let off = ptr - rb;
+    let mut i = segs.iter().position(|s| s.off <= off && off < s.off + s.len).ok_or(err::INVALID_VALUE)?;
+    if segs[i].off != off {
+        if segs[i].exported {
+            crate::log!(
+                "dma-buf export of {ptr:#x}: starts inside the exported range {:#x}+{:#x}; host-memory dma-bufs \
+                 (memfds) cannot overlap with different starts (use gpusim)",
+                rb + segs[i].off,
+                segs[i].len
+            );
+            return Err(err::INVALID_VALUE);
+        }
+        let tail = segs[i].off + segs[i].len - off;
+        let fd = host_split(ptr, tail)?;
+        segs[i].len = off - segs[i].off;
+        i += 1;
+        segs.insert(i, Seg { off, len: tail, fd: Arc::new(fd), exported: false });
+    }
+    let s = &mut segs[i];
+    if off + size > s.off + s.len {
+        crate::log!(
+            "dma-buf export of {ptr:#x}+{size:#x}: runs into another exported range at {:#x} (host memory limit; use gpusim)",
+            rb + s.off + s.len
+        );
+        return Err(err::INVALID_VALUE);
+    }
+    s.exported = true;
+    Ok(Arc::clone(&s.fd))
+}
+
+/// Moves `[addr, addr+len)` (host-page aligned, our own shared mapping) into a new memfd mapped
+/// at the same addresses, keeping the contents.
+fn host_split(addr: u64, len: u64) -> R<Fd> {
+    let fd = sys::memfd(c"cudasim-device", len).map_err(|e| {
+        crate::log!("memfd of {len:#x} bytes failed: {e}");
+        err::OUT_OF_MEMORY
+    })?;
+    // SAFETY: a fresh shared mapping of the new memfd at a kernel-chosen address.
+    let tmp = unsafe { sys::mmap_raw(0, len, sys::PROT_READ | sys::PROT_WRITE, sys::MAP_SHARED, fd.0, 0) }
+        .map_err(|_| err::OUT_OF_MEMORY)?;
+    // SAFETY: [addr, addr+len) is mapped readable device memory of ours (a region segment) and
+    // [tmp, tmp+len) the fresh mapping above; they do not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, tmp as *mut u8, len as usize) };
+    // SAFETY: our temporary mapping, referenced by nothing.
+    let _ = unsafe { sys::unmap(tmp, len) };
+    // SAFETY: [addr, addr+len) is our own region mapping; replacing it with the same contents
+    // from the new memfd changes nothing anyone else holds (the old segment was never exported).
+    unsafe { sys::mmap_raw(addr, len, sys::PROT_READ | sys::PROT_WRITE, sys::MAP_SHARED | sys::MAP_FIXED, fd.0, 0) }
+        .map_err(|e| {
+            crate::log!("remapping {addr:#x}+{len:#x} onto a new memfd failed: {e}");
+            err::OUT_OF_MEMORY
+        })?;
+    Ok(fd)
 }

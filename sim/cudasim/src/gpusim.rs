@@ -20,6 +20,17 @@ struct Free {
     gpu_va: u64,
 }
 
+/// `struct gpusim_invalidate`
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+struct Invalidate {
+    gpu_va: u64,
+    size: u64,
+}
+
+/// `GPUSIM_ALLOC_ALIGN_2M`: the GPU VA is 2 MiB aligned.
+pub const ALLOC_ALIGN_2M: u64 = 0x1;
+
 /// `struct gpusim_info`
 #[repr(C)]
 #[derive(Default, Debug, Clone, Copy)]
@@ -53,6 +64,7 @@ const IOC_ALLOC: c_ulong = ioc(IOC_W | IOC_R, 1, std::mem::size_of::<Alloc>());
 const IOC_FREE: c_ulong = ioc(IOC_W, 2, std::mem::size_of::<Free>());
 const IOC_INFO: c_ulong = ioc(IOC_R, 3, std::mem::size_of::<Info>());
 const IOC_EXPORT_DMABUF: c_ulong = ioc(IOC_W | IOC_R, 5, std::mem::size_of::<ExportDmabuf>());
+const IOC_INVALIDATE: c_ulong = ioc(IOC_W, 6, std::mem::size_of::<Invalidate>());
 
 /// An open `/dev/gpusim`.
 #[derive(Debug)]
@@ -74,8 +86,8 @@ impl Gpusim {
 
     /// Allocates `len` bytes (a 64 KiB multiple) and maps them at their GPU VA, so the device
     /// pointer is also the simulator's CPU address.
-    pub fn alloc_mapped(&self, len: u64) -> io::Result<u64> {
-        let va = self.alloc(len)?;
+    pub fn alloc_mapped(&self, len: u64, flags: u64) -> io::Result<u64> {
+        let va = self.alloc_flags(len, flags)?;
         match self.map(va, len) {
             Ok(()) => Ok(va),
             Err(e) => {
@@ -87,7 +99,12 @@ impl Gpusim {
 
     /// Allocates GPU memory without mapping it.
     pub fn alloc(&self, len: u64) -> io::Result<u64> {
-        let mut a = Alloc { size: len, flags: 0, gpu_va: 0 };
+        self.alloc_flags(len, 0)
+    }
+
+    /// Allocates GPU memory with `GPUSIM_ALLOC_*` flags, without mapping it.
+    pub fn alloc_flags(&self, len: u64, flags: u64) -> io::Result<u64> {
+        let mut a = Alloc { size: len, flags, gpu_va: 0 };
         // SAFETY: `a` is a live gpusim_alloc, the size encoded in IOC_ALLOC.
         unsafe { sys::ioctl_ptr(self.fd.0, IOC_ALLOC, &mut a) }?;
         Ok(a.gpu_va)
@@ -117,6 +134,15 @@ impl Gpusim {
         Ok(e.fd)
     }
 
+    /// Runs the free callbacks of the non-persistent pins overlapping `[va, va+len)` (part of one
+    /// allocation) without freeing anything: a sub-allocation of a region was freed.
+    pub fn invalidate(&self, va: u64, len: u64) -> io::Result<()> {
+        let mut i = Invalidate { gpu_va: va, size: len };
+        // SAFETY: `i` is a live gpusim_invalidate, the size encoded in IOC_INVALIDATE.
+        unsafe { sys::ioctl_ptr(self.fd.0, IOC_INVALIDATE, &mut i) }?;
+        Ok(())
+    }
+
     pub fn free(&self, va: u64) -> io::Result<()> {
         let mut f = Free { gpu_va: va };
         // SAFETY: `f` is a live gpusim_free, the size encoded in IOC_FREE.
@@ -139,5 +165,7 @@ mod tests {
         // _IOWR(0xE7, 5, 24 bytes)
         assert_eq!(std::mem::size_of::<ExportDmabuf>(), 24);
         assert_eq!(IOC_EXPORT_DMABUF, 0xC018_E705);
+        // _IOW(0xE7, 6, 16 bytes)
+        assert_eq!(IOC_INVALIDATE, 0x4010_E706);
     }
 }

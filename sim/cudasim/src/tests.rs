@@ -27,10 +27,15 @@ fn setup() -> CUcontext {
     c
 }
 
+/// A zeroed device allocation: cuMemAlloc does not clear memory, and with sub-allocation a slot
+/// freed by another test (they run in parallel) may come back with its old bytes.
 fn alloc(n: usize) -> CUdeviceptr {
     let mut p = 0;
-    // SAFETY: valid out-pointer.
-    ok(unsafe { cuMemAlloc_v2(&mut p, n) });
+    // SAFETY: valid out-pointer; the memset covers exactly the new allocation.
+    unsafe {
+        ok(cuMemAlloc_v2(&mut p, n));
+        ok(cuMemsetD8_v2(p, 0, n));
+    }
     p
 }
 
@@ -221,7 +226,7 @@ fn alloc_copy_memset_free() {
     unsafe {
         let n = 300_000;
         let p = alloc(n);
-        assert_eq!(p % 0x10000, 0, "device pointers are 64 KiB aligned");
+        assert_eq!(p % 256, 0, "device pointers are 256-byte aligned");
         ok(cuMemsetD8_v2(p, 0xab, n));
         let mut host = vec![0u8; n];
         ok(cuMemcpyDtoH_v2(host.as_mut_ptr() as *mut c_void, p, n));
@@ -705,6 +710,8 @@ fn batch_memop_validation_is_all_or_nothing() {
             flags: 0,
             alias: 0,
         };
+        // Device memory is not zeroed (a freed neighbour's slot may be reused).
+        ok(cuMemsetD8_v2(p, 0, 16));
         assert_eq!(cuStreamBatchMemOp_v2(s, 3, ops.as_ptr(), 0), err::INVALID_VALUE, "misaligned 64-bit write");
         ok(cuStreamSynchronize(s));
         assert_eq!(a32(p).load(Ordering::SeqCst), 0, "nothing of a rejected batch runs");

@@ -401,13 +401,9 @@ fn child_dmabuf() {
         let export: FnHandle = cu.f(c"cuMemGetHandleForAddressRange");
         let aligned = size.div_ceil(4096) * 4096;
         let mut fd: c_int = -1;
-        assert_eq!(
-            export(&mut fd as *mut c_int as *mut c_void, p + 4096, 4096, 1, 0),
-            INVALID_VALUE,
-            "not an allocation base"
-        );
+        assert_eq!(export(&mut fd as *mut c_int as *mut c_void, p + 100, 4096, 1, 0), INVALID_VALUE, "unaligned");
         assert_eq!(export(&mut fd as *mut c_int as *mut c_void, p, aligned, 2, 0), INVALID_VALUE, "handle type");
-        assert_eq!(export(&mut fd as *mut c_int as *mut c_void, p, 8 << 20, 1, 0), INVALID_VALUE, "too long");
+        assert_eq!(export(&mut fd as *mut c_int as *mut c_void, p, 8 << 20, 1, 0), INVALID_VALUE, "past the region");
         assert_eq!(export(&mut fd as *mut c_int as *mut c_void, p, aligned, 1, 1 /* PCIE */), SUCCESS);
         assert!(fd >= 0);
         let view = mmap(null_mut(), aligned, 3, 1 /* MAP_SHARED */, fd, 0);
@@ -514,4 +510,89 @@ fn child_gpusim_va() {
         assert_eq!(cu.f::<FnFree>(c"cuMemFree")(p), SUCCESS);
     }
     println!("gpusim va ok");
+}
+
+#[test]
+fn suballocation_layout() {
+    run_child("child_suballoc", &[]);
+}
+
+/// cuMemAlloc lays memory out as CUDA does (a fresh process, so the layout is deterministic):
+/// small allocations adjacent in 256-byte slots of one 2 MiB region, each its own range; freeing
+/// one leaves its neighbour usable; large ones 2 MiB aligned in a region of their own.
+#[test]
+fn child_suballoc() {
+    if !is_child("child_suballoc") {
+        return;
+    }
+    let cu = Cuda::load();
+    cu.up();
+    type FnRange = unsafe extern "C" fn(*mut u64, *mut usize, u64) -> u32;
+    type FnPtrAttr = unsafe extern "C" fn(*mut c_void, c_int, u64) -> u32;
+    const REGION: u64 = 2 << 20;
+    // SAFETY: signatures as in cuda.h; host buffers are local and of the sizes passed.
+    unsafe {
+        let alloc: FnAlloc = cu.f(c"cuMemAlloc");
+        let free: FnFree = cu.f(c"cuMemFree");
+        let range: FnRange = cu.f(c"cuMemGetAddressRange");
+        let attr: FnPtrAttr = cu.f(c"cuPointerGetAttribute");
+        let htod: FnHtoD = cu.f(c"cuMemcpyHtoD");
+        let dtoh: FnDtoH = cu.f(c"cuMemcpyDtoH");
+        let memset: FnMemset = cu.f(c"cuMemsetD8");
+        let (mut a, mut b) = (0u64, 0u64);
+        assert_eq!(alloc(&mut a, 100), SUCCESS);
+        assert_eq!(alloc(&mut b, 1000), SUCCESS);
+        assert_eq!((a % 256, b % 256), (0, 0), "256-byte aligned");
+        assert_eq!(b, a + 256, "adjacent: 100 bytes take one 256-byte slot");
+        assert_eq!(a % REGION, 0, "the first allocation opens a 2 MiB-aligned region");
+        assert_eq!(a / REGION, b / REGION, "inside one 2 MiB region");
+        assert_eq!(a / 65536, b / 65536, "sharing a 64 KiB GPU page");
+        for (p, at, want) in [(a, a + 50, 100usize), (b, b + 999, 1000)] {
+            let (mut base, mut size) = (0u64, 0usize);
+            assert_eq!(range(&mut base, &mut size, at), SUCCESS);
+            assert_eq!((base, size), (p, want), "cuMemGetAddressRange of {at:#x}");
+            let (mut start, mut rsize) = (0u64, 0usize);
+            assert_eq!(attr(&mut start as *mut u64 as *mut c_void, 11 /* RANGE_START_ADDR */, at), SUCCESS);
+            assert_eq!(attr(&mut rsize as *mut usize as *mut c_void, 12 /* RANGE_SIZE */, at), SUCCESS);
+            assert_eq!((start, rsize), (p, want));
+        }
+        let (mut ida, mut idb) = (0u64, 0u64);
+        assert_eq!(attr(&mut ida as *mut u64 as *mut c_void, 7 /* BUFFER_ID */, a), SUCCESS);
+        assert_eq!(attr(&mut idb as *mut u64 as *mut c_void, 7, b), SUCCESS);
+        assert_ne!(ida, idb, "each allocation its own buffer id");
+        let (mut base, mut size) = (0u64, 0usize);
+        assert_eq!(range(&mut base, &mut size, b + 1000), NOT_FOUND, "the slot's rounding is no allocation");
+        assert_eq!(free(a + 16), INVALID_VALUE, "interior pointer");
+
+        let data: Vec<u8> = (0..1000).map(|i| (i * 7 + 1) as u8).collect();
+        assert_eq!(htod(b, data.as_ptr() as *const c_void, 1000), SUCCESS);
+        assert_eq!(free(a), SUCCESS);
+        let mut back = vec![0u8; 1000];
+        assert_eq!(dtoh(back.as_mut_ptr() as *mut c_void, b, 1000), SUCCESS);
+        assert_eq!(back, data, "the neighbour survives the free");
+        assert_eq!(memset(b, 0x5a, 1000), SUCCESS);
+        assert_eq!(dtoh(back.as_mut_ptr() as *mut c_void, b, 1000), SUCCESS);
+        assert!(back.iter().all(|&x| x == 0x5a), "and stays writable");
+        assert_eq!(range(&mut base, &mut size, a), NOT_FOUND, "the freed slot is no allocation");
+        assert_eq!(memset(a, 0, 16), INVALID_VALUE, "nor usable");
+
+        let mut c = 0u64;
+        assert_eq!(alloc(&mut c, 200), SUCCESS);
+        assert_eq!(c, a, "first fit reuses the freed slot");
+        let mut big = 0u64;
+        assert_eq!(alloc(&mut big, 3 << 20), SUCCESS);
+        assert_eq!(big % REGION, 0, "large allocations are 2 MiB aligned");
+        assert_ne!(big / REGION, a / REGION);
+        let mut d = 0u64;
+        assert_eq!(alloc(&mut d, (REGION - 1) as usize), SUCCESS);
+        assert_eq!(d % REGION, 0, "a small allocation that fits no region opens a new one");
+        for p in [b, c, big, d] {
+            assert_eq!(free(p), SUCCESS);
+        }
+        // Every region went with its last allocation: the next one opens a new region.
+        let mut e = 0u64;
+        assert_eq!(alloc(&mut e, 64), SUCCESS);
+        assert_eq!(e % REGION, 0);
+        assert_eq!(free(e), SUCCESS);
+    }
 }
