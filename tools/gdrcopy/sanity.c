@@ -401,7 +401,9 @@ static void basic_unaligned_mapping(void)
     const size_t big_size = 3 * GPU_PAGE_SIZE;
     int found = -1;
     for (int i = 0; i < TRIES && found < 0; i++) {
-        ASSERTDRV(cuMemAlloc(&small[i], 4096 + 256 * (size_t)i));
+        /* 4096 + 256 * (i + 1) bytes: the next buffer starts off both the host page and the
+         * GPU page (a sub-allocating driver such as CUDA or cudasim puts it right behind). */
+        ASSERTDRV(cuMemAlloc(&small[i], 4096 + 256 * (size_t)(i + 1)));
         ASSERTDRV(cuMemAlloc(&big[i], big_size));
         if (big[i] & GPU_PAGE_OFFSET) {
             found = i;

@@ -136,10 +136,19 @@ pub enum Kind {
 
 pub enum Backing {
     None,
-    Anon { addr: u64, len: u64 },
+    Anon {
+        addr: u64,
+        len: u64,
+    },
     /// A cuMemAlloc allocation: a slot of the region at `region` (Tables::regions).
-    Sub { region: u64 },
-    Vmm { phys: u64, offset: u64, len: u64 },
+    Sub {
+        region: u64,
+    },
+    Vmm {
+        phys: u64,
+        offset: u64,
+        len: u64,
+    },
 }
 
 /// One piece of a host-backend region under `CUDASIM_DMABUF=1`: `[off, off+len)` of the region
@@ -1346,8 +1355,7 @@ fn host_map_memfd(len: u64) -> R<(u64, Fd)> {
         crate::log!("memfd of {len:#x} bytes failed: {e}");
         err::OUT_OF_MEMORY
     })?;
-    let raw =
-        sys::mmap_anon(len + REGION_SIZE, sys::PROT_NONE, sys::MAP_NORESERVE).map_err(|_| err::OUT_OF_MEMORY)?;
+    let raw = sys::mmap_anon(len + REGION_SIZE, sys::PROT_NONE, sys::MAP_NORESERVE).map_err(|_| err::OUT_OF_MEMORY)?;
     let base = round_up(raw, REGION_SIZE).expect("within the mapping");
     // SAFETY: [base, base+len) lies inside the PROT_NONE reservation just made.
     let r = unsafe {
@@ -1365,9 +1373,9 @@ fn host_map_memfd(len: u64) -> R<(u64, Fd)> {
 
 /// Host backend: the memfd whose offset 0 is `ptr`, for a "dma-buf" of `[ptr, ptr+size)` in the
 /// region at `rb`. A memfd cannot start at an offset, so a segment not yet exported is split at
-/// `ptr`: its tail moves into a new memfd mapped over the same addresses (contents copied). An
-/// exported segment is never split again (its fd must keep sharing memory with the device), so
-/// a range starting inside one, or spanning two segments, is refused.
+/// `ptr` (and at the range's end): the pieces move into new memfds mapped over the same addresses
+/// (contents copied). An exported segment is never split again (its fd must keep sharing memory
+/// with the device), so a range starting inside one, or running past its end, is refused.
 fn host_export_seg(segs: &mut Vec<Seg>, rb: u64, ptr: u64, size: u64) -> R<Arc<Fd>> {
     let off = ptr - rb;
     let mut i = segs.iter().position(|s| s.off <= off && off < s.off + s.len).ok_or(err::INVALID_VALUE)?;
@@ -1386,6 +1394,14 @@ fn host_export_seg(segs: &mut Vec<Seg>, rb: u64, ptr: u64, size: u64) -> R<Arc<F
         segs[i].len = off - segs[i].off;
         i += 1;
         segs.insert(i, Seg { off, len: tail, fd: Arc::new(fd), exported: false });
+    }
+    // A first export also splits at its end, so that the rest of the region stays exportable.
+    let (soff, slen) = (segs[i].off, segs[i].len);
+    if !segs[i].exported && off + size < soff + slen {
+        let tail = soff + slen - (off + size);
+        let fd = host_split(ptr + size, tail)?;
+        segs[i].len = size;
+        segs.insert(i + 1, Seg { off: off + size, len: tail, fd: Arc::new(fd), exported: false });
     }
     let s = &mut segs[i];
     if off + size > s.off + s.len {
