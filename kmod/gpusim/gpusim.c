@@ -39,6 +39,9 @@
  *   put_pages on a pin already in GS_PIN_CALLBACK waits (without locks) on gs.wq until the callback
  *   has returned and then fails with -EINVAL, so a client never counts the release twice. A
  *   put_pages from inside the pin's own callback returns -EINVAL at once instead of waiting.
+ *   GPUSIM_IOC_INVALIDATE (a sub-allocation of a shared region freed in user space) runs steps
+ *   (1)-(4) for the non-persistent pins overlapping a range only, leaving the allocation, its
+ *   pages and its CPU mappings alone.
  *   nvidia_p2p_free_page_table() takes no lock (it is a no-op, as in current NVIDIA drivers, where
  *   the driver frees the table itself after the callback returns).
  *
@@ -310,12 +313,11 @@ static void gs_alloc_detach_locked(struct gs_alloc *a, struct list_head *pins)
 static int gs_ioc_alloc(struct gs_space *sp, struct gpusim_alloc *arg)
 {
 	struct gs_alloc *a;
-	u64 size;
+	u64 size, va;
 	int ret;
 
-	u64 va;
-
-	if (arg->size == 0 || (arg->flags & ~GPUSIM_ALLOC_ALIGN_2M) || arg->size > U64_MAX - GS_PAGE_MASK)
+	if (arg->size == 0 || (arg->flags & ~GPUSIM_ALLOC_ALIGN_2M) ||
+	    arg->size > U64_MAX - GS_PAGE_MASK)
 		return -EINVAL;
 	size = (arg->size + GS_PAGE_MASK) & ~GS_PAGE_MASK;
 	if (size > gs.bar_size)

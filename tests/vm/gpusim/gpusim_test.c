@@ -225,8 +225,13 @@ static int t_bad_ioctls(void)
 
 	struct gpusim_alloc a = { .size = 0 };
 	CHECK_ERR(ioctl(fd, GPUSIM_IOC_ALLOC, &a), EINVAL);
-	a = (struct gpusim_alloc){ .size = GPAGE, .flags = 1 };
+	a = (struct gpusim_alloc){ .size = GPAGE, .flags = 2 };   /* unknown flag */
 	CHECK_ERR(ioctl(fd, GPUSIM_IOC_ALLOC, &a), EINVAL);
+	a = (struct gpusim_alloc){ .size = GPAGE, .flags = ~0ULL };
+	CHECK_ERR(ioctl(fd, GPUSIM_IOC_ALLOC, &a), EINVAL);
+	struct gpusim_invalidate inv = { .gpu_va = GPUSIM_VA_BASE - GPAGE, .size = 8 };
+	CHECK_ERR(ioctl(fd, GPUSIM_IOC_INVALIDATE, &inv), EINVAL);   /* no allocation there */
+	CHECK_ERR(ioctl(fd, GPUSIM_IOC_INVALIDATE, NULL), EFAULT);
 	a = (struct gpusim_alloc){ .size = ~0ULL };
 	CHECK_ERR(ioctl(fd, GPUSIM_IOC_ALLOC, &a), EINVAL);
 	a = (struct gpusim_alloc){ .size = ~0ULL - 2 * GPAGE };   /* rounds fine, but too big */
@@ -826,6 +831,102 @@ static int t_p2p_callback_on_free(void)
 	return 0;
 }
 
+/* GPUSIM_ALLOC_ALIGN_2M: a 2 MiB-aligned VA, but only the rounded size in BAR pages. */
+static int t_alloc_align_2m(void)
+{
+	uint64_t before = free_now(), va[3];
+	int fd = gs_open();
+
+	CHECK(fd >= 0, "open");
+	for (int i = 0; i < 3; i++) {
+		struct gpusim_alloc a = { .size = GPAGE + 1 };
+
+		if (i == 1)
+			a.flags = GPUSIM_ALLOC_ALIGN_2M;
+		CHECK_OK(ioctl(fd, GPUSIM_IOC_ALLOC, &a));
+		va[i] = a.gpu_va;
+	}
+	CHECK(va[1] % (2ULL << 20) == 0, "va 0x%llx not 2 MiB aligned", (unsigned long long)va[1]);
+	CHECK(va[1] > va[0] && va[2] > va[1] + 2 * GPAGE, "VAs overlap or go backwards");
+	CHECK(free_now() == before - 6 * GPAGE, "2 pages per allocation expected");
+	volatile uint64_t *m = gs_map(fd, va[1], 2 * GPAGE);
+	CHECK(m != MAP_FAILED, "mmap of the aligned allocation: %s", strerror(errno));
+	fill(m, 2 * GPAGE, 5);
+	CHECK(verify(m, 2 * GPAGE, 5) < 0, "data");
+	munmap((void *)m, 2 * GPAGE);
+	for (int i = 0; i < 3; i++)
+		CHECK_OK(gs_free(fd, va[i]));
+	CHECK(free_now() == before, "pages not returned");
+	close(fd);
+	return 0;
+}
+
+/*
+ * GPUSIM_IOC_INVALIDATE: the non-persistent pins overlapping the range get their callback, the
+ * others (disjoint or persistent) stay; the allocation, its data and its mapping stay.
+ */
+static int t_p2p_invalidate(void)
+{
+	if (!have_p2ptest())
+		return 0;
+	const uint64_t len = 4 * GPAGE;
+	uint64_t va, v, before = free_now();
+	struct p2pt_status st;
+	uint32_t s0 = 0, s23 = 0, sp = 0, s1 = 0;
+	int fd = gs_open(), pfd = p2p_fd();
+
+	CHECK(fd >= 0 && pfd >= 0, "open");
+	CHECK_OK(gs_alloc(fd, len, &va));
+	volatile uint64_t *m = gs_map(fd, va, len);
+	CHECK(m != MAP_FAILED, "mmap");
+	fill(m, len, 33);
+	CHECK_OK(p2p_pin(pfd, va, GPAGE, P2PT_MODE_GET_PAGES, &s0));
+	CHECK_OK(p2p_pin(pfd, va + GPAGE, GPAGE, P2PT_MODE_GET_PAGES, &s1));
+	CHECK_OK(p2p_pin(pfd, va + 2 * GPAGE, 2 * GPAGE, P2PT_MODE_GET_PAGES, &s23));
+	CHECK_OK(p2p_pin(pfd, va, len, P2PT_MODE_PERSISTENT, &sp));
+	CHECK(pins_now() == 4, "pins");
+
+	struct gpusim_invalidate inv = { .gpu_va = va + 256, .size = 0 };
+	CHECK_ERR(ioctl(fd, GPUSIM_IOC_INVALIDATE, &inv), EINVAL);       /* size 0 */
+	inv = (struct gpusim_invalidate){ .gpu_va = va + len - 256, .size = 512 };
+	CHECK_ERR(ioctl(fd, GPUSIM_IOC_INVALIDATE, &inv), EINVAL);       /* past the allocation */
+	CHECK(pins_now() == 4, "a refused invalidation touched pins");
+
+	/* 256 bytes inside page 0, then bytes straddling pages 1 and 2 (the end is exclusive). */
+	inv = (struct gpusim_invalidate){ .gpu_va = va + 256, .size = 256 };
+	CHECK_OK(ioctl(fd, GPUSIM_IOC_INVALIDATE, &inv));
+	CHECK_OK(p2p_status(pfd, s0, &st));
+	CHECK(st.cb_fired && !st.pinned, "overlapping pin not invalidated");
+	CHECK_OK(p2p_status(pfd, s1, &st));
+	CHECK(st.pinned && !st.cb_fired, "disjoint pin invalidated");
+	CHECK_OK(p2p_status(pfd, sp, &st));
+	CHECK(st.pinned && !st.cb_fired, "persistent pin invalidated");
+	CHECK(pins_now() == 3, "pins after the first invalidation: %llu", (unsigned long long)pins_now());
+	inv = (struct gpusim_invalidate){ .gpu_va = va + 2 * GPAGE - 8, .size = 8 };
+	CHECK_OK(ioctl(fd, GPUSIM_IOC_INVALIDATE, &inv));
+	CHECK_OK(p2p_status(pfd, s1, &st));
+	CHECK(st.cb_fired && !st.pinned, "pin of page 1 not invalidated");
+	CHECK_OK(p2p_status(pfd, s23, &st));
+	CHECK(st.pinned && !st.cb_fired, "pin starting at the range's end invalidated");
+
+	/* Nothing was freed: data through the mapping and the remaining pins, same page count. */
+	CHECK(verify(m, len, 33) < 0, "data changed by an invalidation");
+	CHECK_OK(p2p_peek(pfd, s23, GPAGE + 8, &v));
+	CHECK(v == pattern(33, (3 * GPAGE + 8) / 8), "data behind a surviving pin");
+	CHECK(free_now() == before - len, "an invalidation released pages");
+	CHECK(p2p_unpin(pfd, s0) == 1, "unpin after callback must not put pages");
+	CHECK(p2p_unpin(pfd, s1) == 1, "unpin after callback must not put pages");
+	CHECK(p2p_unpin(pfd, s23) == 0, "put_pages of a surviving pin");
+	CHECK(p2p_unpin(pfd, sp) == 0, "put_pages_persistent");
+	CHECK(pins_now() == 0, "pins left");
+	munmap((void *)m, len);
+	CHECK_OK(gs_free(fd, va));
+	CHECK(free_now() == before, "pages not returned");
+	close(pfd);
+	close(fd);
+	return 0;
+}
+
 static int t_p2p_persistent(void)
 {
 	if (!have_p2ptest())
@@ -1037,6 +1138,7 @@ static const struct {
 } tests[] = {
 	{ "info", t_info },
 	{ "alloc_free", t_alloc_free },
+	{ "alloc_align_2m", t_alloc_align_2m },
 	{ "bad_ioctls", t_bad_ioctls },
 	{ "mmap_two_mappings", t_mmap_two_mappings },
 	{ "free_zaps_mapping", t_free_zaps_mapping },
@@ -1047,6 +1149,7 @@ static const struct {
 	{ "p2p_get_put", t_p2p_get_put },
 	{ "p2p_bad_args", t_p2p_bad_args },
 	{ "p2p_callback_on_free", t_p2p_callback_on_free },
+	{ "p2p_invalidate", t_p2p_invalidate },
 	{ "p2p_persistent", t_p2p_persistent },
 	{ "p2p_foreign_va", t_p2p_foreign_va },
 	{ "p2p_race", t_p2p_race },

@@ -102,7 +102,9 @@ run() {
 #    reports no FORCE_PCIE support in non-persistent mode; basic_with_tokens: persistent mode
 #    refuses P2P tokens; leakage_pin_pages_fork: needs the debug refcount (dbg_enabled=1, pass 2);
 #  dma-buf: one mapping type per pin, no gdrdrv per-process ownership to check, and cudasim
-#    in host memory exports only whole allocations (basic_unaligned_mapping; on gpusim it runs).
+#    in host memory cannot export a range starting inside an earlier export (its memfd pieces
+#    are never split again, docs/cudasim.md): basic_unaligned_mapping's aligned pin starts inside
+#    its unaligned one's pages. On gpusim's kernel dma-bufs it runs.
 FORCEPCI="basic_v2_forcepci_cumemalloc basic_v2_forcepci_vmmalloc data_validation_mix_mappings_cumemalloc
 	data_validation_v2_forcepci_cumemalloc"
 WAIVERS_default_e="$FORCEPCI basic_with_tokens leakage_pin_pages_fork_cumemalloc"
