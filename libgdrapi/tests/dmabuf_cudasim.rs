@@ -306,6 +306,74 @@ fn dma_buf_many_threads_one_instance() {
     }
 }
 
+/// The public copy calls after a thread's first copy (their lock-free fast path from then on):
+/// every device offset in a line and sizes around every access width, both directions, against
+/// what the "GPU" sees, with the bytes around each range left alone; then every refusal the fast
+/// path hands to the general one: size 0, NULL host, outside the mapping, unmapped, unpinned.
+#[test]
+fn dma_buf_public_copies_fast_path_exact_and_refusals() {
+    if std::env::var_os(CHILD).is_none() {
+        return run_in_child("dma_buf_public_copies_fast_path_exact_and_refusals");
+    }
+    const BUF: usize = 64 << 10;
+    let cuda = Cuda::init();
+    let g = capi::gdr_open();
+    assert!(!g.is_null());
+    let dptr = cuda.alloc(BUF);
+    let mut mh = GdrMh { h: 0 };
+    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
+    assert_eq!(unsafe { capi::gdr_pin_buffer_v2(g, dptr as _, BUF, 0, &mut mh) }, 0);
+    let mut va = std::ptr::null_mut();
+    // SAFETY: as above.
+    assert_eq!(unsafe { capi::gdr_map(g, mh, &mut va, BUF) }, 0);
+    let to = |off: usize, data: &[u8]| {
+        // SAFETY: `data` is live; the device range is checked by the call itself.
+        unsafe { capi::gdr_copy_to_mapping(mh, va.cast::<u8>().add(off).cast(), data.as_ptr().cast(), data.len()) }
+    };
+    let from = |off: usize, out: &mut [u8]| {
+        // SAFETY: `out` is live; the device range is checked by the call itself.
+        unsafe { capi::gdr_copy_from_mapping(mh, out.as_mut_ptr().cast(), va.cast::<u8>().add(off).cast(), out.len()) }
+    };
+    assert_eq!(to(0, &[1]), 0, "the first copy claims this thread's line");
+
+    let base = pattern(0x5a, 512);
+    let lens: Vec<usize> = (1..=40).chain([63, 64, 65, 100, 127, 128, 129, 255, 300]).collect();
+    for off in 0..64usize {
+        for &len in &lens {
+            let at = 128 + off;
+            cuda.write(dptr, &base);
+            let data = pattern((off * 31 + len) as u8, len);
+            assert_eq!(to(at, &data), 0, "store {len} at +{off}");
+            let mut want = base.clone();
+            want[at..at + len].copy_from_slice(&data);
+            assert_eq!(cuda.read(dptr, base.len()), want, "GPU view after a store of {len} at +{off}");
+            // Host side one byte into a poisoned buffer: only the requested bytes change.
+            let mut out = vec![0xeeu8; len + 2];
+            assert_eq!(from(at, &mut out[1..=len]), 0, "load {len} at +{off}");
+            assert_eq!(&out[1..=len], &data[..], "load {len} at +{off}");
+            assert_eq!((out[0], out[len + 1]), (0xee, 0xee), "host bytes around a load of {len} at +{off}");
+        }
+    }
+
+    let mut one = [0u8; 8];
+    assert_eq!(to(0, &[]), 0, "size 0");
+    // SAFETY: a NULL host pointer, which the call must refuse.
+    assert_eq!(unsafe { capi::gdr_copy_to_mapping(mh, va, std::ptr::null(), 8) }, libc::EINVAL);
+    // SAFETY: as above.
+    assert_eq!(unsafe { capi::gdr_copy_from_mapping(mh, std::ptr::null_mut(), va, 8) }, libc::EINVAL);
+    assert_eq!(from(BUF - 4, &mut one), libc::EINVAL, "past the end");
+    assert_eq!(to(BUF, &one), libc::EINVAL, "at the end");
+    let before = GdrMh { h: mh.h - 128 };
+    // SAFETY: a value that is not a handle, which the call must refuse.
+    assert_eq!(unsafe { capi::gdr_copy_to_mapping(before, va, one.as_ptr().cast(), 8) }, libc::EINVAL);
+    assert_eq!(capi::gdr_unmap(g, mh, va, BUF), 0);
+    assert_eq!(from(0, &mut one), libc::EINVAL, "unmapped");
+    assert_eq!(capi::gdr_unpin_buffer(g, mh), 0);
+    assert_eq!(to(0, &one), libc::EINVAL, "unpinned");
+    assert_eq!(capi::gdr_close(g), 0);
+    cuda.free(dptr);
+}
+
 impl common::race::Gpu for Cuda {
     fn alloc(&self, len: usize) -> u64 {
         let p = Cuda::alloc(self, len);
