@@ -173,6 +173,21 @@ pub enum RegionMem {
 
 /// A stretch of device memory that cuMemAlloc sub-allocates from, as CUDA does: a 2 MiB region
 /// shared by small allocations (`shared`), or a large allocation's own region.
+/// The 64 KiB pages of a freed slot `[off, off + size)` of a region that none of the live
+/// `slots` (offset -> length) touches: `(offset, length)` in the region, or `None`.
+pub fn released_pages(slots: &BTreeMap<u64, u64>, off: u64, size: u64) -> Option<(u64, u64)> {
+    let used = |page: u64| slots.range(..page + GPU_PAGE).next_back().is_some_and(|(&o, &l)| o + l > page);
+    let mut first = off & !(GPU_PAGE - 1);
+    let mut end = (off + size).div_ceil(GPU_PAGE) * GPU_PAGE;
+    if used(first) {
+        first += GPU_PAGE;
+    }
+    if end > first && used(end - GPU_PAGE) {
+        end -= GPU_PAGE;
+    }
+    (end > first).then(|| (first, end - first))
+}
+
 pub struct Region {
     pub base: u64,
     pub len: u64,
@@ -820,17 +835,21 @@ impl Driver {
         Ok(Region { base, len, shared, slots: BTreeMap::new(), mem })
     }
 
-    /// cuMemFree of one slot: the region goes with its last allocation. Until then, gpusim runs
-    /// the free callbacks of the pins overlapping the freed bytes (docs/cudasim.md).
+    /// cuMemFree of one slot: the region goes with its last allocation. Until then, the 64 KiB
+    /// GPU pages that no live allocation uses any more are released: gpusim runs the free
+    /// callbacks of the pins on them (docs/cudasim.md). A page the freed bytes share with a live
+    /// neighbour stays, so freeing one buffer never invalidates a pin of a buffer that lives.
     fn sub_free(&self, rb: u64, base: u64, size: u64) {
         let _a = lock(&self.alloc_lock);
         let mut t = self.tables();
         let Some(reg) = t.regions.get_mut(&rb) else { return };
         reg.slots.remove(&(base - rb));
         if !reg.slots.is_empty() {
+            let released = released_pages(&reg.slots, base - rb, size);
             drop(t);
-            if let Backend::Gpusim(g) = &self.backend
-                && let Err(e) = g.invalidate(base, size)
+            if let Some((off, len)) = released
+                && let Backend::Gpusim(g) = &self.backend
+                && let Err(e) = g.invalidate(rb + off, len)
             {
                 crate::log!("gpusim invalidation of freed {base:#x}+{size:#x} failed: {e}");
             }
