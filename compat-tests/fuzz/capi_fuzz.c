@@ -139,7 +139,8 @@ struct hnd {
 	void *map;	/* mapping start, NULL if unmapped */
 	size_t map_size;
 	size_t pin_size;
-	int buf;	/* the CUDA allocation it pins, -1 once freed: copies would fault (SIGBUS) */
+	int buf;	/* the CUDA allocation it pins, -1 once freed (copies would fault: SIGBUS) or
+			 * when the pin reaches past it */
 };
 static struct hnd hnds[NH];
 
@@ -369,8 +370,10 @@ static void op_pin(void)
 						      hnds[k].map_size), 0);
 		EXPECT("gdr_unpin_buffer", gdr_unpin_buffer(insts[hnds[k].inst].g, hnds[k].mh), 0);
 	}
+	/* A pin that reaches past its buffer covers other allocations' memory (cudasim sub-allocates as
+	 * CUDA does): freeing those may invalidate it, so it counts as not backed by a live buffer. */
 	hnds[k] = (struct hnd){ .mh = mh, .inst = ii, .live = true, .pin_size = size,
-				.buf = addr >= b->p && addr < b->p + b->size ? bi : -1 };
+				.buf = addr >= b->p && size <= b->size && addr - b->p <= b->size - size ? bi : -1 };
 }
 
 static void op_handle_calls(void)
