@@ -266,16 +266,18 @@ static void gs_pin_unref_locked(struct gs_pin *pin)
  * its pins moved to @pins (state GS_PIN_CALLBACK). Zaps the owner's CPU mappings, runs the free
  * callbacks, then releases the pins and the BAR pages.
  */
-static void gs_alloc_destroy(struct gs_space *sp, struct gs_alloc *a, struct list_head *pins)
+/*
+ * Runs the free callbacks of @pins (state GS_PIN_CALLBACK, already off their allocation's list)
+ * without gs.lock, as a GPU driver calls them, then takes gs.lock and takes the pins out of the
+ * registry. Returns with gs.lock held.
+ */
+static void gs_run_free_callbacks(struct list_head *pins, u64 freed_va, u64 freed_len)
 {
 	struct gs_pin *pin, *tmp;
-	u32 i;
-
-	unmap_mapping_range(&sp->mapping, a->va, a->size, 1);
 
 	list_for_each_entry(pin, pins, alloc_node) {
-		gs_dbg(1, "free callback: pid %d va 0x%llx len 0x%llx\n",
-		       task_tgid_nr(current), pin->va, pin->len);
+		gs_dbg(1, "free callback (0x%llx+0x%llx freed): pid %d va 0x%llx len 0x%llx\n",
+		       freed_va, freed_len, task_tgid_nr(current), pin->va, pin->len);
 		pin->free_callback(pin->data);
 	}
 
@@ -288,6 +290,14 @@ static void gs_alloc_destroy(struct gs_space *sp, struct gs_alloc *a, struct lis
 		gs.callbacks_run++;
 		gs_pin_unref_locked(pin);
 	}
+}
+
+static void gs_alloc_destroy(struct gs_space *sp, struct gs_alloc *a, struct list_head *pins)
+{
+	u32 i;
+
+	unmap_mapping_range(&sp->mapping, a->va, a->size, 1);
+	gs_run_free_callbacks(pins, a->va, a->size);
 	for (i = 0; i < a->npages; i++)
 		gs_put_page_locked(a->pages[i]);
 	mutex_unlock(&gs.lock);
@@ -410,21 +420,7 @@ static int gs_ioc_invalidate(struct gs_space *sp, u64 va, u64 len)
 	}
 	mutex_unlock(&gs.lock);
 
-	list_for_each_entry(pin, &pins, alloc_node) {
-		gs_dbg(1, "free callback (part of 0x%llx freed): pid %d va 0x%llx len 0x%llx\n",
-		       va, task_tgid_nr(current), pin->va, pin->len);
-		pin->free_callback(pin->data);
-	}
-
-	mutex_lock(&gs.lock);
-	list_for_each_entry_safe(pin, tmp, &pins, alloc_node) {
-		list_del(&pin->reg_node);
-		list_del_init(&pin->alloc_node);
-		pin->state = GS_PIN_DONE;
-		gs.active_pins--;
-		gs.callbacks_run++;
-		gs_pin_unref_locked(pin);
-	}
+	gs_run_free_callbacks(&pins, va, len);
 	mutex_unlock(&gs.lock);
 	wake_up_all(&gs.wq);
 	return 0;
