@@ -13,8 +13,8 @@
 //! pairs all the time, exactly what the library must survive.
 
 use std::ffi::c_void;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{GdrMh, GdrT, Rng, capi};
@@ -131,15 +131,20 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
     let (ok, einval) = (AtomicU64::new(0), AtomicU64::new(0));
     let stats = Mutex::new(Stats::default());
     let deadline = Instant::now() + duration;
+    // Every thread maps memory while it starts (its signal stack; the copiers' BUF-sized buffers
+    // come from mmap too), and such a mapping may land on a range the control thread just freed:
+    // nobody starts working until all have started.
+    let started = Barrier::new(copiers + 1 + usize::from(free_callbacks));
 
     std::thread::scope(|s| {
         for t in 0..copiers {
-            let (table, stop, ok, einval) = (&table, &stop, &ok, &einval);
+            let (table, stop, ok, einval, started) = (&table, &stop, &ok, &einval, &started);
             s.spawn(move || {
                 let _stop = StopOnExit(stop);
                 let mut rng = Rng::new(0x9e37_79b9 ^ t as u64);
                 let src = vec![STORE_BYTE; BUF];
                 let mut dst = vec![0u8; BUF];
+                started.wait();
                 while !stop.load(Ordering::Relaxed) {
                     let e = &table[rng.below(ENTRIES)];
                     let h = GdrMh { h: e.h.load(Ordering::Acquire) };
@@ -173,11 +178,13 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
 
         // Control: unmap (canary at the freed range), unpin, re-pin, re-map; sometimes close all.
         {
-            let (table, stop, stats, g, gpu_bufs, va_lock) = (&table, &stop, &stats, &g, &gpu_bufs, &va_lock);
+            let (table, stop, stats, g, gpu_bufs, va_lock, started) =
+                (&table, &stop, &stats, &g, &gpu_bufs, &va_lock, &started);
             s.spawn(move || {
                 let _stop = StopOnExit(stop);
                 let mut rng = Rng::new(77);
-                let mut canaries: Vec<Canary> = Vec::new();
+                let mut canaries: Vec<Canary> = Vec::with_capacity(16);
+                started.wait();
                 while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
                     let gg = g.load(Ordering::Relaxed) as GdrT;
                     if rng.below(16) == 0 {
@@ -220,9 +227,10 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
 
         // Free callbacks on buffers no copier touches.
         if free_callbacks {
-            let (stop, stats, g, va_lock) = (&stop, &stats, &g, &va_lock);
+            let (stop, stats, g, va_lock, started) = (&stop, &stats, &g, &va_lock, &started);
             s.spawn(move || {
                 let _stop = StopOnExit(stop);
+                started.wait();
                 while !stop.load(Ordering::Relaxed) {
                     // Everything here that may map memory (the allocation's GPU view and fill
                     // buffer, the library's own allocations while pinning, gdr_map) under the lock.
