@@ -587,7 +587,7 @@ struct PairedOn<'a> {
 
 /// One line per size comparing our public call with the dispatcher and with the other library:
 /// nanoseconds per call and speed ratios (> 1: our public call is faster), plus the paired
-/// public-dispatcher difference ([`paired`]).
+/// public-dispatcher and public-other differences ([`paired`]).
 fn summary(what: &str, methods: &[Method], rows: &[(usize, Vec<Option<f64>>)], on: &PairedOn<'_>) {
     let col = |want: &dyn Fn(&Method) -> bool| methods.iter().position(want);
     let Some(public) = col(&|m| matches!(m, Method::Public { label, .. } if label.starts_with("public"))) else {
@@ -606,7 +606,11 @@ fn summary(what: &str, methods: &[Method], rows: &[(usize, Vec<Option<f64>>)], o
             line += &format!(", dispatcher {d:.2} ns (public-dispatcher {:+.2} ns{pd}, speed x{:.2})", p - d, d / p);
         }
         if let Some(o) = ns(other) {
-            line += &format!(", other {o:.2} ns (speed x{:.2})", o / p);
+            let po = other.map(|i| paired(&methods[public], &methods[i], *len, on));
+            let po = po.map_or(String::new(), |s| {
+                format!(", paired public-other {:+.2} ns [{:+.2}..{:+.2}]", s.med, s.p10, s.p90)
+            });
+            line += &format!(", other {o:.2} ns (speed x{:.2}{po})", o / p);
         }
         println!("{line}");
     }

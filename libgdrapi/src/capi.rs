@@ -256,12 +256,14 @@ pub extern "C" fn gdr_unmap(g: GdrT, handle: GdrMh, va: *mut c_void, size: usize
 /// whole call again inside the guard, so the errno and the log line are the guarded path's.
 /// `extern "C"` (cannot unwind) so that the fast path reaches it with a jump.
 ///
+/// Takes the export's arguments in its own order ([`fastcopy::General`]).
+///
 /// # Safety
-/// As `gdr_copy_*`: `host` is valid for `size` bytes in the copy's direction and does not overlap
-/// the mapping; `h` and `mapped` need not be valid.
+/// As `gdr_copy_*`: the host pointer is valid for `size` bytes in the copy's direction and does
+/// not overlap the mapping; `h` and the mapping pointer need not be valid.
 #[inline(never)]
-unsafe extern "C" fn copy_general<const TO: bool>(h: usize, mapped: usize, host: usize, size: usize) -> c_int {
-    let dir = if TO { Direction::ToMapping } else { Direction::FromMapping };
+unsafe extern "C" fn copy_general<const TO: bool>(h: usize, a: usize, b: usize, size: usize) -> c_int {
+    let (dir, mapped, host) = if TO { (Direction::ToMapping, a, b) } else { (Direction::FromMapping, b, a) };
     if let Some((announced, m, t)) = registry::mapped(h)
         && (size == 0 || (host != 0 && m.contains(mapped, size)))
     {
@@ -337,8 +339,8 @@ pub unsafe extern "C" fn gdr_copy_from_mapping(
     unsafe {
         fastcopy::copy::<FROM_MAPPING>(
             handle.h as usize,
-            map_d_ptr as usize,
             h_ptr as usize,
+            map_d_ptr as usize,
             size,
             copy_general::<FROM_MAPPING>,
         )

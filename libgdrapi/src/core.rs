@@ -64,6 +64,12 @@ impl Pin {
         self.read_state().mapping
     }
 
+    /// A pin of no buffer, for tests of the tables that hold pins.
+    #[cfg(test)]
+    pub(crate) fn detached() -> Arc<Pin> {
+        Arc::new(Pin { backend: PinBackend::Gdrdrv { handle: 0 }, state: RwLock::default() })
+    }
+
     fn read_state(&self) -> std::sync::RwLockReadGuard<'_, PinState> {
         self.state.read().unwrap_or_else(|p| p.into_inner())
     }

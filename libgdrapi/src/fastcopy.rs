@@ -5,12 +5,15 @@
 //! [`crate::capi`], which gives the same results plus the errno and log line of a refusal.
 //!
 //! Why a separate path: the copy call is the library's reason to exist and its cost over the raw
-//! engine is what users see. This one is written to compile into a leaf: a handle range check, the
-//! announcement ([`crate::grace`]), one state compare, the window check, and either one naturally
-//! aligned access plus the fence, or a jump to the out-of-line engines. No lock, no atomic
-//! read-modify-write, no call that needs saved registers; every way out that is not the fast copy
-//! is a tail call. The conditions that force every copy onto the general path are one byte,
-//! [`GENERAL_ONLY`], read once per call.
+//! engine is what users see. This one is written to compile into a leaf: a handle check (one
+//! rotate and compare), the announcement ([`crate::grace`]), the window check against the
+//! handle's fast-path mirror (whose length is 0 unless everything above holds, so it needs no
+//! test of its own), and either one naturally aligned access plus the fence, or a jump to the
+//! out-of-line engines. No lock, no atomic read-modify-write, no call that needs saved registers;
+//! every way out that is not the fast copy is a tail call with the caller's own arguments.
+//!
+//! The process-wide conditions that forbid the fast path ([`Why`]) are kept here, one bit each;
+//! the registry reads them when it sets the handles' mirrors, so copies never do.
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering, compiler_fence};
@@ -30,7 +33,8 @@ pub(crate) enum Why {
     MixedTypes = 2,
 }
 
-/// Sets (`on`) or clears the condition `why`.
+/// Sets (`on`) or clears the condition `why`. The handles' mirrors follow when the control lock
+/// is released ([`crate::registry::control`]); every caller holds it.
 pub(crate) fn set_general(why: Why, on: bool) {
     if on {
         GENERAL_ONLY.fetch_or(why as u8, Ordering::SeqCst);
@@ -42,6 +46,11 @@ pub(crate) fn set_general(why: Why, on: bool) {
 /// Sets the condition `why` for good.
 pub(crate) fn require_general(why: Why) {
     set_general(why, true);
+}
+
+/// Whether copies may take the fast path at all (no [`Why`] holds).
+pub(crate) fn allowed() -> bool {
+    GENERAL_ONLY.load(Ordering::SeqCst) == 0
 }
 
 /// Whether `[dev, dev + n)` is a non-empty range inside `[addr, addr + len)`: two compares, no
@@ -57,75 +66,95 @@ pub(crate) const TO_MAPPING: bool = true;
 /// See [`TO_MAPPING`].
 pub(crate) const FROM_MAPPING: bool = false;
 
-/// The fast path of one public copy; `general` is the general path for the same arguments.
+/// The general path of one public copy, called with the export's own arguments (so reaching it is
+/// a plain jump): `(handle, map_d_ptr, h_ptr, size)` to the mapping, `(handle, h_ptr, map_d_ptr,
+/// size)` from it.
+pub(crate) type General = unsafe extern "C" fn(usize, usize, usize, usize) -> c_int;
+
+/// The fast path of one public copy, given the export's arguments in its own order (see
+/// [`General`]); `general` is the general path for the same arguments.
 ///
 /// # Safety
-/// The C contract of `gdr_copy_*`: `host` is valid for `n` bytes in the copy's direction and does
-/// not overlap the mapping; `h` and `dev` need not be valid (they are checked here).
+/// The C contract of `gdr_copy_*`: the host pointer is valid for `n` bytes in the copy's direction
+/// and does not overlap the mapping; `h` and the device pointer need not be valid (they are
+/// checked here).
 #[inline(always)]
-pub(crate) unsafe fn copy<const TO: bool>(
-    h: usize,
-    dev: usize,
-    host: usize,
-    n: usize,
-    general: unsafe extern "C" fn(usize, usize, usize, usize) -> c_int,
-) -> c_int {
-    if GENERAL_ONLY.load(Ordering::Relaxed) == 0
-        && let Some(mirror) = Mirror::of(h)
+pub(crate) unsafe fn copy<const TO: bool>(h: usize, a: usize, b: usize, n: usize, general: General) -> c_int {
+    let (dev, host) = if TO { (a, b) } else { (b, a) };
+    if let Some(mirror) = Mirror::of(h)
         && let Some(word) = crate::grace::my_word()
     {
-        // Announce, then read the state (the order `grace` relies on; the writer's membarrier
+        // Announce, then read the mirror (the order `grace` relies on; the writer's membarrier
         // orders the CPU, this fence the compiler).
         word.store(h, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
-        if let Some(m) = mirror.wc_mapping()
-            && inside(m.addr, m.len, dev, n)
-            && host != 0
-        {
+        let m = mirror.fast_window();
+        if inside(m.addr, m.len, dev, n) && host != 0 {
+            // One naturally aligned access of 1, 2, 4 or 8 bytes: one test of size and address
+            // together, then the width by its bit, widest first (bit tests, which the compiler
+            // keeps in this order; compares of `n` it would sort, putting 8 bytes last).
             if aligned::is_single_access(dev, n) {
-                // SAFETY: `n` is 1, 2, 4 or 8 and `dev` a multiple of it, inside a mapping that
-                // stays mapped while `word` names the handle; the host side is the caller's.
-                unsafe {
-                    if TO {
-                        aligned::store_one(dev as *mut u8, host as *const u8, n);
+                // SAFETY: `n` is 1, 2, 4 or 8 (the width each branch picks by the bit it tests)
+                // and `dev` a multiple of it, inside a mapping that stays mapped while `word`
+                // names the handle; the host side is the caller's.
+                return unsafe {
+                    if n & 8 != 0 {
+                        single_then_release::<TO, 8>(word, dev, host)
+                    } else if n & 4 != 0 {
+                        single_then_release::<TO, 4>(word, dev, host)
+                    } else if n & 2 != 0 {
+                        single_then_release::<TO, 2>(word, dev, host)
                     } else {
-                        aligned::load_one(host as *mut u8, dev as *const u8, n);
+                        single_then_release::<TO, 1>(word, dev, host)
                     }
-                }
-                copy::store_fence();
-                word.store(0, Ordering::Release);
-                return 0;
+                };
             }
-            // SAFETY: as above, for the whole range.
-            return unsafe { engines_then_release::<TO>(word, dev, host, n) };
+            // SAFETY: as above, for the whole range (and the size each helper takes).
+            return unsafe {
+                if n >= 16 { large_then_release::<TO>(word, a, b, n) } else { small_then_release::<TO>(word, a, b, n) }
+            };
         }
         word.store(0, Ordering::Release);
     }
     // SAFETY: forwarded contract.
-    unsafe { general(h, dev, host, n) }
+    unsafe { general(h, a, b, n) }
 }
 
-/// The rest of a fast-path copy under 16 bytes (or a jump to [`large_then_release`]): the
-/// write-combined helper, the fence, the end of the announcement. Out of line, so the fast path
-/// itself needs no saved registers and jumps here; `extern "C"` because such a function cannot
-/// unwind, which is what lets the caller's call be a jump (a call that might unwind through an
-/// `extern "C"` export needs a landing pad).
+/// A fast-path copy that is one naturally aligned access of `W` bytes, inline: the access, the
+/// fence, the end of the announcement.
 ///
 /// # Safety
-/// `[dev, dev + n)` lies in a live write-combined mapping that `word` keeps mapped; `host` as in
-/// [`copy`].
-#[inline(never)]
-unsafe extern "C" fn engines_then_release<const TO: bool>(
-    word: &AtomicUsize,
-    dev: usize,
-    host: usize,
-    n: usize,
-) -> c_int {
-    if n >= 16 {
-        // SAFETY: forwarded.
-        return unsafe { large_then_release::<TO>(word, dev, host, n) };
+/// `dev` is a multiple of `W` and `[dev, dev + W)` lies in a live write-combined mapping that
+/// `word` keeps mapped; the host side as in [`copy`].
+#[inline(always)]
+unsafe fn single_then_release<const TO: bool, const W: usize>(word: &AtomicUsize, dev: usize, host: usize) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if TO {
+            aligned::store_one(dev as *mut u8, host as *const u8, W);
+        } else {
+            aligned::load_one(host as *mut u8, dev as *const u8, W);
+        }
     }
-    // SAFETY: the caller's contract, and 1 <= n < 16 (n = 0 never takes the fast path).
+    copy::store_fence();
+    word.store(0, Ordering::Release);
+    0
+}
+
+/// The rest of a fast-path copy under 16 bytes that is not one access: the write-combined
+/// helper, the fence, the end of the announcement. Out of line, so the fast path itself needs no
+/// saved registers and jumps here; `extern "C"` because such a function cannot unwind, which is
+/// what lets the caller's call be a jump (a call that might unwind through an `extern "C"` export
+/// needs a landing pad). `a` and `b` are the export's pointer arguments in its own order, as in
+/// [`copy`], so the jump needs no register moves.
+///
+/// # Safety
+/// The mapping side's `[ptr, ptr + n)` lies in a live write-combined mapping that `word` keeps
+/// mapped, `1 <= n < 16`; the host side as in [`copy`].
+#[inline(never)]
+unsafe extern "C" fn small_then_release<const TO: bool>(word: &AtomicUsize, a: usize, b: usize, n: usize) -> c_int {
+    let (dev, host) = if TO { (a, b) } else { (b, a) };
+    // SAFETY: the caller's contract.
     unsafe {
         if TO {
             aligned::to_device(dev as *mut u8, host as *const u8, n);
@@ -136,17 +165,13 @@ unsafe extern "C" fn engines_then_release<const TO: bool>(
     release(word)
 }
 
-/// [`engines_then_release`] from 16 bytes up: head, SIMD middle and tail, fence, release.
+/// [`small_then_release`] from 16 bytes up: head, SIMD middle and tail, fence, release.
 ///
 /// # Safety
-/// As [`engines_then_release`], and `n >= 16`.
+/// As [`small_then_release`], but `n >= 16`.
 #[inline(never)]
-unsafe extern "C" fn large_then_release<const TO: bool>(
-    word: &AtomicUsize,
-    dev: usize,
-    host: usize,
-    n: usize,
-) -> c_int {
+unsafe extern "C" fn large_then_release<const TO: bool>(word: &AtomicUsize, a: usize, b: usize, n: usize) -> c_int {
+    let (dev, host) = if TO { (a, b) } else { (b, a) };
     // SAFETY: the caller's contract.
     unsafe {
         if TO {
@@ -164,9 +189,33 @@ unsafe extern "C" fn large_then_release<const TO: bool>(
 fn release(word: &AtomicUsize) -> c_int {
     copy::store_fence();
     word.store(0, Ordering::Release);
-    // Opaque to the optimiser: a constant return would be propagated into the callers, which then
-    // call instead of jumping here.
-    std::hint::black_box(0)
+    opaque_zero()
+}
+
+/// 0, in a way the optimiser cannot see through: a constant return would be propagated into the
+/// callers, which would then call the helpers instead of jumping to them. One instruction where
+/// inline assembly is available (`black_box` costs a stack round trip).
+#[inline(always)]
+fn opaque_zero() -> c_int {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let r: c_int;
+        // SAFETY: zeroes one register; touches no memory, stack or flags the compiler relies on
+        // (xor's flags are declared clobbered by not passing `preserves_flags`).
+        unsafe { std::arch::asm!("xor {r:e}, {r:e}", r = out(reg) r, options(nomem, nostack)) };
+        r
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        let r: c_int;
+        // SAFETY: moves the zero register into one register; nothing else.
+        unsafe { std::arch::asm!("mov {r:w}, wzr", r = out(reg) r, options(nomem, nostack, preserves_flags)) };
+        r
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        std::hint::black_box(0)
+    }
 }
 
 #[cfg(test)]

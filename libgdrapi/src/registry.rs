@@ -63,14 +63,19 @@ struct InstanceSlot {
     open: AtomicU64,
 }
 
-/// A `gdr_mh_t.h` points here: the record C may read, then the mirror the copy path reads.
+/// A `gdr_mh_t.h` points here: the record C may read, then the mirror the copy paths read.
 #[repr(C, align(64))]
 struct HandleSlot {
     record: UnsafeCell<HandleRecord>,
-    /// [`PINNED`], [`MAPPED`] and the mapping type (bits [`TYPE_SHIFT`]..).
+    /// [`PINNED`], [`MAPPED`] and the mapping type in the low [`LEN_SHIFT`] bits, the mapping's
+    /// length above them: what the general copy path reads, one load.
     state: AtomicU64,
     map_addr: AtomicUsize,
-    map_len: AtomicUsize,
+    /// The mapping's length while copies may take the fast path ([`crate::fastcopy`]: a live
+    /// write-combined mapping, nothing process-wide against it), else 0. Set after `map_addr`,
+    /// cleared before anything else changes, so the fast path needs two loads and no compare of
+    /// its own: a zero length makes its window check fail.
+    fast_len: AtomicUsize,
 }
 
 // SAFETY: all-zero bytes are valid for both (plain integers and atomics); the UnsafeCells are
@@ -87,6 +92,23 @@ unsafe impl Sync for HandleSlot {}
 const PINNED: u64 = 1;
 const MAPPED: u64 = 2;
 const TYPE_SHIFT: u32 = 2;
+const LEN_SHIFT: u32 = 8;
+
+/// A state word: `bits` and a mapping length (a user-space length, far below 2^56).
+fn state_word(bits: u64, len: usize) -> u64 {
+    bits | (len as u64) << LEN_SHIFT
+}
+
+fn bits_of(state: u64) -> u64 {
+    state & ((1 << LEN_SHIFT) - 1)
+}
+
+fn len_of(state: u64) -> usize {
+    (state >> LEN_SHIFT) as usize
+}
+
+/// The state bits of a handle mapped write-combined.
+const WC_MAPPED: u64 = PINNED | MAPPED | (MappingType::WriteCombined as u64) << TYPE_SHIFT;
 
 /// Room for 64 Ki open instances and 1 Mi pinned handles; only what is used is ever touched.
 static INSTANCES: Region<InstanceSlot> = Region::new(1 << 16);
@@ -105,6 +127,9 @@ pub(crate) struct Tables {
     instances: Vec<Option<Instance>>,
     /// By handle slot index.
     handles: Vec<Option<HandleEntry>>,
+    /// Whether the handles' `fast_len` mirrors were last set for a process that allows the fast
+    /// copy path ([`crate::fastcopy::allowed`]).
+    fast_allowed: bool,
 }
 
 static CONTROL: Mutex<Tables> = Mutex::new(Tables {
@@ -112,17 +137,40 @@ static CONTROL: Mutex<Tables> = Mutex::new(Tables {
     handle_slots: Allocator::new(),
     instances: Vec::new(),
     handles: Vec::new(),
+    fast_allowed: true,
 });
 
-/// The control path's lock.
-pub(crate) fn control() -> MutexGuard<'static, Tables> {
-    CONTROL.lock().unwrap_or_else(|p| p.into_inner())
+/// The control path's lock. Releasing it brings every handle's fast-path mirror in line with the
+/// process-wide conditions ([`Tables::sync_fast_paths`]), whatever the control call changed.
+pub(crate) struct Control(MutexGuard<'static, Tables>);
+
+impl std::ops::Deref for Control {
+    type Target = Tables;
+    fn deref(&self) -> &Tables {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Control {
+    fn deref_mut(&mut self) -> &mut Tables {
+        &mut self.0
+    }
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        self.0.sync_fast_paths();
+    }
+}
+
+/// Takes the control path's lock.
+pub(crate) fn control() -> Control {
+    Control(CONTROL.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
 thread_local! {
     /// The control lock held across a `fork` by the forking thread (see [`lock_across_fork`]).
-    static HELD_FOR_FORK: std::cell::RefCell<Option<MutexGuard<'static, Tables>>> =
-        const { std::cell::RefCell::new(None) };
+    static HELD_FOR_FORK: std::cell::RefCell<Option<Control>> = const { std::cell::RefCell::new(None) };
 }
 
 /// A fork copies only the calling thread: a lock another thread held at that moment would stay
@@ -225,7 +273,7 @@ impl Tables {
         // SAFETY: control mutex held; the slot is not live.
         unsafe { *slot.record.get() = record };
         slot.map_addr.store(0, Ordering::Relaxed);
-        slot.map_len.store(0, Ordering::Relaxed);
+        slot.fast_len.store(0, Ordering::Relaxed);
         slot.state.store(PINNED, Ordering::Release);
         put(&mut self.handles, i.get(), (pin, owner, i));
         Ok(HANDLES.addr_of(i))
@@ -265,28 +313,29 @@ impl Tables {
         Ok(v)
     }
 
-    /// Shows a new mapping of `h` to the copy path (and in the record, where upstream keeps it).
+    /// Shows a new mapping of `h` to the copy paths (and in the record, where upstream keeps it).
     pub(crate) fn publish_mapping(&self, h: &Handle, m: CpuMapping, t: MappingType) {
         let slot = HANDLES.get(h.index);
         slot.map_addr.store(m.addr, Ordering::Relaxed);
-        slot.map_len.store(m.len, Ordering::Relaxed);
         // SAFETY: control mutex held.
         unsafe { (*slot.record.get()).mapping_type = t as u32 };
-        slot.state.store(PINNED | MAPPED | (t as u64) << TYPE_SHIFT, Ordering::Release);
+        slot.state.store(state_word(PINNED | MAPPED | (t as u64) << TYPE_SHIFT, m.len), Ordering::Release);
+        slot.show_fast(crate::fastcopy::allowed());
     }
 
-    /// Hides `h`'s mapping from the copy path and waits until no copy still uses it. Afterwards
+    /// Hides `h`'s mapping from the copy paths and waits until no copy still uses it. Afterwards
     /// the mapping may be unmapped. Returns what was published, to restore it if unmapping fails.
     pub(crate) fn retract_mapping(&self, h: &Handle) -> Option<(CpuMapping, MappingType)> {
         let slot = HANDLES.get(h.index);
+        slot.fast_len.store(0, Ordering::SeqCst);
         let old = slot.state.swap(PINNED, Ordering::AcqRel);
-        if old & MAPPED == 0 {
+        if bits_of(old) & MAPPED == 0 {
             return None;
         }
         grace::synchronize(HANDLES.addr_of(h.index));
         // SAFETY: control mutex held.
         unsafe { (*slot.record.get()).mapping_type = MappingType::None as u32 };
-        let m = CpuMapping { addr: slot.map_addr.load(Ordering::Relaxed), len: slot.map_len.load(Ordering::Relaxed) };
+        let m = CpuMapping { addr: slot.map_addr.load(Ordering::Relaxed), len: len_of(old) };
         Some((m, type_of(old)))
     }
 
@@ -298,10 +347,35 @@ impl Tables {
         self.handles[h.index.get()] = None;
         self.handle_slots.free(h.index);
     }
+
+    /// Shows or hides every live write-combined mapping to the fast copy path after the
+    /// process-wide conditions for it changed (several mapping types live, no `membarrier`). Only
+    /// a change walks the handles. Hiding needs no grace period: the mappings stay mapped, and a
+    /// copy already past the check finishes as it would have a moment earlier.
+    fn sync_fast_paths(&mut self) {
+        let allowed = crate::fastcopy::allowed();
+        if allowed == self.fast_allowed {
+            return;
+        }
+        self.fast_allowed = allowed;
+        for (_, _, i) in self.handles.iter().flatten() {
+            HANDLES.get(*i).show_fast(allowed);
+        }
+    }
+}
+
+impl HandleSlot {
+    /// Sets the fast path's mirror from the published state: the length of a live write-combined
+    /// mapping when `allowed`, else 0. Control mutex held.
+    fn show_fast(&self, allowed: bool) {
+        let state = self.state.load(Ordering::Relaxed);
+        let len = if allowed && bits_of(state) == WC_MAPPED { len_of(state) } else { 0 };
+        self.fast_len.store(len, Ordering::Release);
+    }
 }
 
 fn type_of(state: u64) -> MappingType {
-    MappingType::from_raw((state >> TYPE_SHIFT) as u32 & 3).unwrap_or(MappingType::None)
+    MappingType::from_raw((bits_of(state) >> TYPE_SHIFT) as u32 & 3).unwrap_or(MappingType::None)
 }
 
 /// The copy path: the live mapping of handle `h`, protected from being unmapped until the
@@ -315,7 +389,7 @@ pub(crate) fn mapped(h: usize) -> Option<(Announced, CpuMapping, MappingType)> {
     if state & MAPPED == 0 {
         return None;
     }
-    let m = CpuMapping { addr: slot.map_addr.load(Ordering::Relaxed), len: slot.map_len.load(Ordering::Relaxed) };
+    let m = CpuMapping { addr: slot.map_addr.load(Ordering::Relaxed), len: len_of(state) };
     Some((announced, m, type_of(state)))
 }
 
@@ -323,26 +397,23 @@ pub(crate) fn mapped(h: usize) -> Option<(Announced, CpuMapping, MappingType)> {
 #[derive(Clone, Copy)]
 pub(crate) struct Mirror(&'static HandleSlot);
 
-/// The whole state word of a handle mapped write-combined.
-const WC_MAPPED: u64 = PINNED | MAPPED | (MappingType::WriteCombined as u64) << TYPE_SHIFT;
-
 impl Mirror {
-    /// The slot at address `h`, if `h` is one (live or not: [`Mirror::wc_mapping`] tells).
+    /// The slot at address `h`, if `h` is one (live or not: [`Mirror::fast_window`] tells).
     #[inline(always)]
     pub(crate) fn of(h: usize) -> Option<Mirror> {
         Some(Mirror(HANDLES.get_at(HANDLES.index_of(h)?, h)))
     }
 
-    /// The handle's mapping if it is live and write-combined, `None` for any other state. Read it
-    /// only while the handle is announced ([`grace`]); the mapping then stays mapped until the
-    /// announcement is withdrawn.
+    /// The handle's mapping if copies may take the fast path through it; otherwise a mapping of
+    /// length 0, inside which no range lies. Read it only while the handle is announced
+    /// ([`grace`]): a non-zero length then stays valid, and the address with it, until the
+    /// announcement is withdrawn (the control path clears the length first and waits for
+    /// announced copies before it changes anything else).
     #[inline(always)]
-    pub(crate) fn wc_mapping(self) -> Option<CpuMapping> {
+    pub(crate) fn fast_window(self) -> CpuMapping {
         let slot = self.0;
-        (slot.state.load(Ordering::Acquire) == WC_MAPPED).then(|| CpuMapping {
-            addr: slot.map_addr.load(Ordering::Relaxed),
-            len: slot.map_len.load(Ordering::Relaxed),
-        })
+        let len = slot.fast_len.load(Ordering::Acquire);
+        CpuMapping { addr: slot.map_addr.load(Ordering::Relaxed), len }
     }
 }
 
@@ -356,7 +427,7 @@ pub(crate) fn mapping_of(h: usize) -> Result<(Announced, CpuMapping, MappingType
         drop(announced);
         return Err(not_mapped(h, state));
     }
-    let m = CpuMapping { addr: slot.map_addr.load(Ordering::Relaxed), len: slot.map_len.load(Ordering::Relaxed) };
+    let m = CpuMapping { addr: slot.map_addr.load(Ordering::Relaxed), len: len_of(state) };
     Ok((announced, m, type_of(state)))
 }
 
@@ -396,6 +467,58 @@ mod tests {
         assert_eq!(offset_of!(HandleRecord, words), 24);
         assert_eq!(offset_of!(InstanceSlot, header), 0);
         assert_eq!(offset_of!(HandleSlot, record), 0);
+    }
+
+    /// The fast path's mirror: the length of a live write-combined mapping while the process
+    /// allows the fast path, 0 otherwise, and 0 before a retraction's grace period starts.
+    #[test]
+    fn fast_mirror_follows_the_mapping_and_the_process_conditions() {
+        use crate::fastcopy::{Why, set_general};
+        grace::init();
+        // A table of our own (the process's is shared with other tests), over slots of the
+        // process's region, which is what the copy path validates handles against.
+        let mut t = Tables {
+            instance_slots: Allocator::new(),
+            handle_slots: Allocator::new(),
+            instances: Vec::new(),
+            handles: Vec::new(),
+            fast_allowed: true,
+        };
+        let index = CONTROL.lock().unwrap().handle_slots.alloc(&HANDLES).unwrap();
+        let slot = HANDLES.get(index);
+        slot.state.store(PINNED, Ordering::Release);
+        let h = Handle { index, pin: Pin::detached() };
+        put(&mut t.handles, index.get(), (h.pin.clone(), 0, index));
+        let window = || Mirror::of(HANDLES.addr_of(index)).expect("a slot").fast_window();
+        let m = CpuMapping { addr: 0x7f00_0000_0000, len: 0x30000 };
+
+        assert_eq!(window().len, 0, "pinned, not mapped");
+        t.publish_mapping(&h, m, MappingType::WriteCombined);
+        assert_eq!((window().addr, window().len), (m.addr, m.len));
+        assert_eq!(
+            mapping_of(HANDLES.addr_of(index)).map(|(_, m, ty)| (m.addr, m.len, ty)),
+            Ok((m.addr, m.len, MappingType::WriteCombined))
+        );
+
+        set_general(Why::MixedTypes, true);
+        t.sync_fast_paths();
+        assert_eq!(window().len, 0, "mixed mapping types take the general path");
+        set_general(Why::MixedTypes, false);
+        t.sync_fast_paths();
+        assert_eq!(window().len, m.len, "and the fast path comes back when they end");
+
+        assert_eq!(
+            t.retract_mapping(&h).map(|(r, ty)| (r.addr, r.len, ty)),
+            Some((m.addr, m.len, MappingType::WriteCombined))
+        );
+        assert_eq!(window().len, 0, "retracted");
+        t.publish_mapping(&h, m, MappingType::Caching);
+        assert_eq!(window().len, 0, "cached mappings take the general path");
+        assert_eq!(mapping_of(HANDLES.addr_of(index)).map(|(_, m, ty)| (m.len, ty)), Ok((m.len, MappingType::Caching)));
+        assert!(t.retract_mapping(&h).is_some());
+        t.remove_handle(h);
+        assert_eq!(window().len, 0);
+        assert!(mapping_of(HANDLES.addr_of(index)).is_err());
     }
 
     #[test]

@@ -65,6 +65,11 @@ impl<T: Slot> Region<T> {
     }
 
     const STRIDE: usize = size_of::<T>();
+    /// `log2(STRIDE)`: slots are a power of two apart, so [`Region::index_of`] is one rotation.
+    const SHIFT: u32 = {
+        assert!(Self::STRIDE.is_power_of_two(), "slot sizes are powers of two");
+        Self::STRIDE.trailing_zeros()
+    };
 
     fn reserve(&self) -> Result<usize> {
         let b = self.base.load(Ordering::Relaxed);
@@ -95,12 +100,14 @@ impl<T: Slot> Region<T> {
     }
 
     /// The index of the slot at `addr`, if `addr` is exactly a slot that was ever handed out.
+    ///
+    /// One compare checks both the range and the alignment: rotating the offset right by
+    /// `log2(STRIDE)` moves any bits of a misaligned offset to the top, far above `committed`.
     #[inline(always)]
     pub(crate) fn index_of(&self, addr: usize) -> Option<SlotIndex<T>> {
         let committed = self.committed.load(Ordering::Acquire);
-        let off = addr.wrapping_sub(self.base.load(Ordering::Relaxed));
-        let i = off / Self::STRIDE;
-        (off.is_multiple_of(Self::STRIDE) && i < committed).then_some(SlotIndex(i, PhantomData))
+        let i = addr.wrapping_sub(self.base.load(Ordering::Relaxed)).rotate_right(Self::SHIFT);
+        (i < committed).then_some(SlotIndex(i, PhantomData))
     }
 
     /// The address of slot `i` (C's value for it).
