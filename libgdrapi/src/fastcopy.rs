@@ -111,7 +111,13 @@ pub(crate) unsafe fn copy<const TO: bool>(h: usize, a: usize, b: usize, n: usize
             }
             // SAFETY: as above, for the whole range (and the size each helper takes).
             return unsafe {
-                if n >= 16 { large_then_release::<TO>(word, a, b, n) } else { small_then_release::<TO>(word, a, b, n) }
+                if n < 16 {
+                    small_then_release::<TO>(word, a, b, n)
+                } else if wc::is_whole_lines(dev, n) {
+                    lines_then_release::<TO>(word, a, b, n)
+                } else {
+                    large_then_release::<TO>(word, a, b, n)
+                }
             };
         }
         word.store(0, Ordering::Release);
@@ -178,6 +184,31 @@ unsafe extern "C" fn large_then_release<const TO: bool>(word: &AtomicUsize, a: u
             wc::store_large_body(dev as *mut u8, host as *const u8, n);
         } else {
             wc::load_large_body(host as *mut u8, dev as *const u8, n);
+        }
+    }
+    release(word)
+}
+
+/// [`large_then_release`] for whole 64-byte lines at a 64-aligned device address: the line kernel
+/// alone. A function of its own because only the announcement has to survive the kernel call, so
+/// it saves one register where the general large copy saves six.
+///
+/// # Safety
+/// As [`large_then_release`], and [`wc::is_whole_lines`] holds.
+#[inline(never)]
+unsafe extern "C" fn lines_then_release<const TO: bool>(word: &AtomicUsize, a: usize, b: usize, n: usize) -> c_int {
+    let Some((store, load)) = wc::line_kernels() else {
+        // Not selected yet (cannot happen after `gdr_open`): the general large copy selects.
+        // SAFETY: forwarded.
+        return unsafe { large_then_release::<TO>(word, a, b, n) };
+    };
+    // SAFETY: the line slot's contract (a 64-aligned device side, a multiple of 64 bytes) is
+    // `wc::is_whole_lines`; ranges as the caller promises. Copy order: (dst, src).
+    unsafe {
+        if TO {
+            store(a as *mut u8, b as *const u8, n);
+        } else {
+            load(a as *mut u8, b as *const u8, n);
         }
     }
     release(word)

@@ -62,6 +62,14 @@ pub(crate) fn get() -> &'static Selection {
     SELECTION.get_or_init(build)
 }
 
+/// The selection if it has been computed (`gdr_open` computes it, so every copy through a
+/// mapping finds it): one load and compare, and no initialising call that a caller would have to
+/// save its registers around.
+#[inline(always)]
+pub(crate) fn ready() -> Option<&'static Selection> {
+    SELECTION.get()
+}
+
 /// Marks the engine named `name` in `dir` as selected and returns it. Panics only on a
 /// programming error (a name not registered), which the unit tests exercise.
 fn pick(all: &mut [Engine], dir: Direction, names: &[&'static str]) -> Engine {

@@ -19,7 +19,7 @@
 //! size under 16 bytes costs one or two reads instead of up to four.
 
 use super::select::{self, Selection};
-use super::{Direction, aligned, run_plan};
+use super::{Direction, KernelFn, aligned, run_plan};
 
 /// Host -> write-combined mapping. Does not fence.
 ///
@@ -206,6 +206,19 @@ pub(crate) unsafe fn load_large_body(host: *mut u8, dev: *const u8, n: usize) {
             bounce(sel, dev.add(i + body), 0, host.add(i + body), tail);
         }
     }
+}
+
+/// Whether an `n`-byte copy at device address `dev` is whole 64-byte lines at a 64-aligned
+/// address (`n > 0` assumed): the bulk case, which the line kernel does alone.
+#[inline(always)]
+pub(crate) fn is_whole_lines(dev: usize, n: usize) -> bool {
+    (dev | n) & 63 == 0
+}
+
+/// The line kernels (store, load) when the selection is made, which it is once `gdr_open` ran.
+#[inline(always)]
+pub(crate) fn line_kernels() -> Option<(KernelFn, KernelFn)> {
+    select::ready().map(|s| (s.store.line, s.load.line))
 }
 
 /// Writes the low `n` (1..=8) bytes of `v` (byte 0 = the least significant) to `host`, with at
