@@ -115,6 +115,8 @@ pub(crate) unsafe fn copy<const TO: bool>(h: usize, a: usize, b: usize, n: usize
                     small_then_release::<TO>(word, a, b, n)
                 } else if wc::is_whole_lines(dev, n) {
                     lines_then_release::<TO>(word, a, b, n)
+                } else if n < wc::SHORT_MAX {
+                    short_then_release::<TO>(word, a, b, n)
                 } else {
                     large_then_release::<TO>(word, a, b, n)
                 }
@@ -171,7 +173,31 @@ unsafe extern "C" fn small_then_release<const TO: bool>(word: &AtomicUsize, a: u
     release(word)
 }
 
-/// [`small_then_release`] from 16 bytes up: head, SIMD middle and tail, fence, release.
+/// [`small_then_release`] for short copies (16 bytes up to [`wc::SHORT_MAX`], not whole lines):
+/// inline 16-byte steps between exact or chunked ends, no call, so no saved registers.
+///
+/// # Safety
+/// As [`small_then_release`], but `16 <= n < wc::SHORT_MAX`.
+#[inline(never)]
+unsafe extern "C" fn short_then_release<const TO: bool>(word: &AtomicUsize, a: usize, b: usize, n: usize) -> c_int {
+    let (dev, host) = if TO { (a, b) } else { (b, a) };
+    // SAFETY: the caller's contract.
+    unsafe {
+        if TO {
+            wc::store_short_body(dev as *mut u8, host as *const u8, n);
+        } else {
+            let Some(sel) = wc::short_load_ready() else {
+                // Not selected yet (cannot happen after `gdr_open`): the general large copy selects.
+                return large_then_release::<TO>(word, a, b, n);
+            };
+            wc::load_short_body(host as *mut u8, dev as *const u8, n, sel);
+        }
+    }
+    release(word)
+}
+
+/// [`small_then_release`] from [`wc::SHORT_MAX`] bytes up: head, SIMD middle and tail, fence,
+/// release.
 ///
 /// # Safety
 /// As [`small_then_release`], but `n >= 16`.

@@ -73,9 +73,65 @@ pub(crate) unsafe fn store_body(dev: *mut u8, host: *const u8, n: usize) {
     unsafe {
         if n < 16 {
             aligned::to_device(dev, host, n);
+        } else if n < SHORT_MAX {
+            store_short(dev, host, n);
         } else {
             store_large(dev, host, n);
         }
+    }
+}
+
+/// Copies from 16 bytes up to this size (exclusive) are "short": done inline, 16 bytes at a time
+/// between the ends, with no kernel call. Below two lines a call (and the registers it makes the
+/// caller save) costs more than the SIMD width saves; every 16-byte piece is still a
+/// non-temporal store (stores) or a streaming load (loads), so the write-combining rules hold.
+pub(crate) const SHORT_MAX: usize = 128;
+
+/// A short store ([`SHORT_MAX`]), out of line for [`store_body`].
+///
+/// # Safety
+/// As [`store`], and `16 <= n < SHORT_MAX`.
+#[inline(never)]
+unsafe fn store_short(dev: *mut u8, host: *const u8, n: usize) {
+    // SAFETY: forwarded.
+    unsafe { store_short_body(dev, host, n) }
+}
+
+/// A short store: exact helper stores up to 16-byte alignment and for the tail, one non-temporal
+/// 16-byte store for each aligned 16 bytes between them. No call, so callers that jump here need
+/// no saved registers.
+///
+/// # Safety
+/// As [`store`], and `16 <= n < SHORT_MAX`.
+#[inline(always)]
+pub(crate) unsafe fn store_short_body(dev: *mut u8, host: *const u8, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the pieces partition [0, n); helper stores are naturally aligned (its contract);
+    // each 16-byte store is at a 16-aligned device address inside the range, MOVNTDQ is baseline
+    // SSE2 on x86-64, and the host side is read unaligned.
+    unsafe {
+        let head = dev.addr().wrapping_neg() & 15;
+        if head != 0 {
+            aligned::to_device(dev, host, head);
+        }
+        let mut i = head;
+        while i + 16 <= n {
+            std::arch::asm!(
+                "movdqu {x}, xmmword ptr [{s}]",
+                "movntdq xmmword ptr [{d}], {x}",
+                s = in(reg) host.add(i), d = in(reg) dev.add(i), x = out(xmm_reg) _,
+                options(nostack, preserves_flags),
+            );
+            i += 16;
+        }
+        if i < n {
+            aligned::to_device(dev.add(i), host.add(i), n - i);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: forwarded contract.
+    unsafe {
+        store_large_body(dev, host, n)
     }
 }
 
@@ -122,8 +178,90 @@ pub(crate) unsafe fn load_body(host: *mut u8, dev: *const u8, n: usize) {
         if n == 0 {
         } else if n < 16 {
             load_small(host, dev, n);
+        } else if n < SHORT_MAX {
+            load_short(host, dev, n);
         } else {
             load_large(host, dev, n);
+        }
+    }
+}
+
+/// A short load ([`SHORT_MAX`]), out of line for [`load_body`].
+///
+/// # Safety
+/// As [`load`], and `16 <= n < SHORT_MAX`.
+#[inline(never)]
+unsafe fn load_short(host: *mut u8, dev: *const u8, n: usize) {
+    // SAFETY: forwarded.
+    unsafe { load_short_body(host, dev, n, select::get()) }
+}
+
+/// Whether the engine selection is made, and with it what a short load needs (`gdr_open` makes
+/// it, so every copy through a mapping finds it): read without an initialising call.
+#[inline(always)]
+pub(crate) fn short_load_ready() -> Option<&'static Selection> {
+    select::ready()
+}
+
+/// A short load: the aligned 16-byte chunk holding a misaligned head, every aligned 16-byte chunk
+/// of the middle, the chunk holding the tail; each one read with one instruction and handed to
+/// the host through registers. No call, so callers that jump here need no saved registers.
+///
+/// # Safety
+/// As [`load`], and `16 <= n < SHORT_MAX`.
+#[inline(always)]
+pub(crate) unsafe fn load_short_body(host: *mut u8, dev: *const u8, n: usize, sel: &Selection) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: chunk reads as in `load_small` (each aligned chunk holds a byte of the range, so it
+    // lies in the mapping); host writes stay inside [host, host + n).
+    unsafe {
+        let head = dev.addr() & 15;
+        let mut i = 0;
+        if head != 0 {
+            i = 16 - head;
+            bounce(sel, dev.sub(head), head, host, i);
+        }
+        while i + 16 <= n {
+            chunk(sel, dev.add(i), host.add(i));
+            i += 16;
+        }
+        if i < n {
+            bounce(sel, dev.add(i), 0, host.add(i), n - i);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: forwarded contract.
+    unsafe {
+        let _ = sel;
+        load_large_body(host, dev, n)
+    }
+}
+
+/// Copies the aligned 16-byte chunk at `src` to `host` (unaligned): one MOVNTDQA where the
+/// 16-byte slot streams, else MOVDQA, then one unaligned store.
+///
+/// # Safety
+/// `src` is 16-aligned and readable for 16 bytes; `host` is writable for 16 bytes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn chunk(sel: &Selection, src: *const u8, host: *mut u8) {
+    // SAFETY: the caller's contract; MOVNTDQA needs SSE4.1, which `stream_chunks` says the CPU
+    // has; MOVDQA/MOVDQU are baseline SSE2.
+    unsafe {
+        if sel.stream_chunks {
+            std::arch::asm!(
+                "movntdqa {x}, xmmword ptr [{s}]",
+                "movdqu xmmword ptr [{d}], {x}",
+                s = in(reg) src, d = in(reg) host, x = out(xmm_reg) _,
+                options(nostack, preserves_flags),
+            );
+        } else {
+            std::arch::asm!(
+                "movdqa {x}, xmmword ptr [{s}]",
+                "movdqu xmmword ptr [{d}], {x}",
+                s = in(reg) src, d = in(reg) host, x = out(xmm_reg) _,
+                options(nostack, preserves_flags),
+            );
         }
     }
 }
