@@ -19,6 +19,8 @@
 //! size under 16 bytes costs one or two reads instead of up to four.
 
 use super::select::{self, Selection};
+#[cfg(target_arch = "x86_64")]
+use super::x86;
 use super::{Direction, KernelFn, aligned, run_plan};
 
 /// Host -> write-combined mapping. Does not fence.
@@ -116,12 +118,7 @@ pub(crate) unsafe fn store_short_body(dev: *mut u8, host: *const u8, n: usize) {
         }
         let mut i = head;
         while i + 16 <= n {
-            std::arch::asm!(
-                "movdqu {x}, xmmword ptr [{s}]",
-                "movntdq xmmword ptr [{d}], {x}",
-                s = in(reg) host.add(i), d = in(reg) dev.add(i), x = out(xmm_reg) _,
-                options(nostack, preserves_flags),
-            );
+            x86::nt_store16(dev.add(i), host.add(i));
             i += 16;
         }
         if i < n {
@@ -222,7 +219,7 @@ pub(crate) unsafe fn load_short_body(host: *mut u8, dev: *const u8, n: usize, se
             bounce(sel, dev.sub(head), head, host, i);
         }
         while i + 16 <= n {
-            chunk(sel, dev.add(i), host.add(i));
+            x86::load16(host.add(i), dev.add(i), sel.stream_chunks);
             i += 16;
         }
         if i < n {
@@ -234,35 +231,6 @@ pub(crate) unsafe fn load_short_body(host: *mut u8, dev: *const u8, n: usize, se
     unsafe {
         let _ = sel;
         load_large_body(host, dev, n)
-    }
-}
-
-/// Copies the aligned 16-byte chunk at `src` to `host` (unaligned): one MOVNTDQA where the
-/// 16-byte slot streams, else MOVDQA, then one unaligned store.
-///
-/// # Safety
-/// `src` is 16-aligned and readable for 16 bytes; `host` is writable for 16 bytes.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn chunk(sel: &Selection, src: *const u8, host: *mut u8) {
-    // SAFETY: the caller's contract; MOVNTDQA needs SSE4.1, which `stream_chunks` says the CPU
-    // has; MOVDQA/MOVDQU are baseline SSE2.
-    unsafe {
-        if sel.stream_chunks {
-            std::arch::asm!(
-                "movntdqa {x}, xmmword ptr [{s}]",
-                "movdqu xmmword ptr [{d}], {x}",
-                s = in(reg) src, d = in(reg) host, x = out(xmm_reg) _,
-                options(nostack, preserves_flags),
-            );
-        } else {
-            std::arch::asm!(
-                "movdqa {x}, xmmword ptr [{s}]",
-                "movdqu xmmword ptr [{d}], {x}",
-                s = in(reg) src, d = in(reg) host, x = out(xmm_reg) _,
-                options(nostack, preserves_flags),
-            );
-        }
     }
 }
 

@@ -41,6 +41,51 @@ pub(super) fn mfence() {
     unsafe { asm!("mfence", options(nostack, preserves_flags)) }
 }
 
+/// One 16-byte non-temporal store to the device: MOVDQU from the host, MOVNTDQ to `dev`.
+///
+/// # Safety
+/// `dev` is 16-aligned and writable for 16 bytes, `host` readable for 16 bytes (any alignment).
+#[inline(always)]
+pub(super) unsafe fn nt_store16(dev: *mut u8, host: *const u8) {
+    // SAFETY: the caller's contract; both instructions are baseline SSE2 on x86-64.
+    unsafe {
+        asm!(
+            "movdqu {x}, xmmword ptr [{s}]",
+            "movntdq xmmword ptr [{d}], {x}",
+            s = in(reg) host, d = in(reg) dev, x = out(xmm_reg) _,
+            options(nostack, preserves_flags),
+        );
+    }
+}
+
+/// One 16-byte load from the device: MOVNTDQA when `stream` (the CPU has SSE4.1), else MOVDQA,
+/// then MOVDQU to the host.
+///
+/// # Safety
+/// `dev` is 16-aligned and readable for 16 bytes, `host` writable for 16 bytes (any alignment);
+/// `stream` only if the CPU has SSE4.1.
+#[inline(always)]
+pub(super) unsafe fn load16(host: *mut u8, dev: *const u8, stream: bool) {
+    // SAFETY: the caller's contract; MOVDQA/MOVDQU are baseline SSE2.
+    unsafe {
+        if stream {
+            asm!(
+                "movntdqa {x}, xmmword ptr [{s}]",
+                "movdqu xmmword ptr [{d}], {x}",
+                s = in(reg) dev, d = in(reg) host, x = out(xmm_reg) _,
+                options(nostack, preserves_flags),
+            );
+        } else {
+            asm!(
+                "movdqa {x}, xmmword ptr [{s}]",
+                "movdqu xmmword ptr [{d}], {x}",
+                s = in(reg) dev, d = in(reg) host, x = out(xmm_reg) _,
+                options(nostack, preserves_flags),
+            );
+        }
+    }
+}
+
 // ------------------------------------------------------------------------------------------------
 // Kernel generator
 // ------------------------------------------------------------------------------------------------
