@@ -161,16 +161,15 @@ unsafe fn single_then_release<const TO: bool, const W: usize>(word: &AtomicUsize
 /// mapped, `1 <= n < 16`; the host side as in [`copy`].
 #[inline(never)]
 unsafe extern "C" fn small_then_release<const TO: bool>(word: &AtomicUsize, a: usize, b: usize, n: usize) -> c_int {
-    let (dev, host) = if TO { (a, b) } else { (b, a) };
-    // SAFETY: the caller's contract.
-    unsafe {
-        if TO {
-            aligned::to_device(dev as *mut u8, host as *const u8, n);
-        } else {
-            wc::load_small(host as *mut u8, dev as *const u8, n);
-        }
-    }
-    release(word)
+    copy_then_release::<TO>(
+        word,
+        a,
+        b,
+        // SAFETY: the caller's contract (a device range of 1-15 bytes inside the mapping).
+        |dev, host| unsafe { aligned::to_device(dev, host, n) },
+        // SAFETY: as above.
+        |host, dev| unsafe { wc::load_small(host, dev, n) },
+    )
 }
 
 /// [`small_then_release`] for short copies (16 bytes up to [`wc::SHORT_MAX`], not whole lines):
@@ -180,20 +179,20 @@ unsafe extern "C" fn small_then_release<const TO: bool>(word: &AtomicUsize, a: u
 /// As [`small_then_release`], but `16 <= n < wc::SHORT_MAX`.
 #[inline(never)]
 unsafe extern "C" fn short_then_release<const TO: bool>(word: &AtomicUsize, a: usize, b: usize, n: usize) -> c_int {
-    let (dev, host) = if TO { (a, b) } else { (b, a) };
-    // SAFETY: the caller's contract.
-    unsafe {
-        if TO {
-            wc::store_short_body(dev as *mut u8, host as *const u8, n);
-        } else {
-            let Some(sel) = wc::short_load_ready() else {
-                // Not selected yet (cannot happen after `gdr_open`): the general large copy selects.
-                return large_then_release::<TO>(word, a, b, n);
-            };
-            wc::load_short_body(host as *mut u8, dev as *const u8, n, sel);
-        }
-    }
-    release(word)
+    let Some(stream) = wc::chunk_streaming() else {
+        // Not selected yet (cannot happen after `gdr_open`): the general large copy selects.
+        // SAFETY: forwarded.
+        return unsafe { large_then_release::<TO>(word, a, b, n) };
+    };
+    copy_then_release::<TO>(
+        word,
+        a,
+        b,
+        // SAFETY: the caller's contract (a short device range inside the mapping).
+        |dev, host| unsafe { wc::store_short_body(dev, host, n) },
+        // SAFETY: as above; `stream` is the selection's.
+        |host, dev| unsafe { wc::load_short_body(host, dev, n, stream) },
+    )
 }
 
 /// [`small_then_release`] from [`wc::SHORT_MAX`] bytes up: head, SIMD middle and tail, fence,
@@ -203,16 +202,15 @@ unsafe extern "C" fn short_then_release<const TO: bool>(word: &AtomicUsize, a: u
 /// As [`small_then_release`], but `n >= 16`.
 #[inline(never)]
 unsafe extern "C" fn large_then_release<const TO: bool>(word: &AtomicUsize, a: usize, b: usize, n: usize) -> c_int {
-    let (dev, host) = if TO { (a, b) } else { (b, a) };
-    // SAFETY: the caller's contract.
-    unsafe {
-        if TO {
-            wc::store_large_body(dev as *mut u8, host as *const u8, n);
-        } else {
-            wc::load_large_body(host as *mut u8, dev as *const u8, n);
-        }
-    }
-    release(word)
+    copy_then_release::<TO>(
+        word,
+        a,
+        b,
+        // SAFETY: the caller's contract (a device range inside the mapping).
+        |dev, host| unsafe { wc::store_large_body(dev, host, n) },
+        // SAFETY: as above.
+        |host, dev| unsafe { wc::load_large_body(host, dev, n) },
+    )
 }
 
 /// [`large_then_release`] for whole 64-byte lines at a 64-aligned device address: the line kernel
@@ -228,14 +226,33 @@ unsafe extern "C" fn lines_then_release<const TO: bool>(word: &AtomicUsize, a: u
         // SAFETY: forwarded.
         return unsafe { large_then_release::<TO>(word, a, b, n) };
     };
-    // SAFETY: the line slot's contract (a 64-aligned device side, a multiple of 64 bytes) is
-    // `wc::is_whole_lines`; ranges as the caller promises. Copy order: (dst, src).
-    unsafe {
-        if TO {
-            store(a as *mut u8, b as *const u8, n);
-        } else {
-            load(a as *mut u8, b as *const u8, n);
-        }
+    copy_then_release::<TO>(
+        word,
+        a,
+        b,
+        // SAFETY: the line slot's contract (a 64-aligned device side, a multiple of 64 bytes) is
+        // `wc::is_whole_lines`; ranges as the caller promises. Kernels take (dst, src).
+        |dev, host| unsafe { store(dev, host, n) },
+        // SAFETY: as above.
+        |host, dev| unsafe { load(host, dev, n) },
+    )
+}
+
+/// The body of every helper above: `store(dev, host)` for a copy to the mapping or
+/// `load(host, dev)` for one from it (`a` and `b` in the export's order, see [`copy`]), then
+/// [`release`].
+#[inline(always)]
+fn copy_then_release<const TO: bool>(
+    word: &AtomicUsize,
+    a: usize,
+    b: usize,
+    store: impl FnOnce(*mut u8, *const u8),
+    load: impl FnOnce(*mut u8, *const u8),
+) -> c_int {
+    if TO {
+        store(a as *mut u8, b as *const u8);
+    } else {
+        load(a as *mut u8, b as *const u8);
     }
     release(word)
 }

@@ -190,14 +190,14 @@ pub(crate) unsafe fn load_body(host: *mut u8, dev: *const u8, n: usize) {
 #[inline(never)]
 unsafe fn load_short(host: *mut u8, dev: *const u8, n: usize) {
     // SAFETY: forwarded.
-    unsafe { load_short_body(host, dev, n, select::get()) }
+    unsafe { load_short_body(host, dev, n, select::get().stream_chunks) }
 }
 
-/// Whether the engine selection is made, and with it what a short load needs (`gdr_open` makes
-/// it, so every copy through a mapping finds it): read without an initialising call.
+/// Whether chunk reads stream (MOVNTDQA), once the engine selection is made (`gdr_open` makes it,
+/// so every copy through a mapping finds it): read without an initialising call.
 #[inline(always)]
-pub(crate) fn short_load_ready() -> Option<&'static Selection> {
-    select::ready()
+pub(crate) fn chunk_streaming() -> Option<bool> {
+    select::ready().map(|s| s.stream_chunks)
 }
 
 /// A short load: the aligned 16-byte chunk holding a misaligned head, every aligned 16-byte chunk
@@ -207,7 +207,8 @@ pub(crate) fn short_load_ready() -> Option<&'static Selection> {
 /// # Safety
 /// As [`load`], and `16 <= n < SHORT_MAX`.
 #[inline(always)]
-pub(crate) unsafe fn load_short_body(host: *mut u8, dev: *const u8, n: usize, sel: &Selection) {
+/// `stream` is [`chunk_streaming`]'s answer.
+pub(crate) unsafe fn load_short_body(host: *mut u8, dev: *const u8, n: usize, stream: bool) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: chunk reads as in `load_small` (each aligned chunk holds a byte of the range, so it
     // lies in the mapping); host writes stay inside [host, host + n).
@@ -216,20 +217,20 @@ pub(crate) unsafe fn load_short_body(host: *mut u8, dev: *const u8, n: usize, se
         let mut i = 0;
         if head != 0 {
             i = 16 - head;
-            bounce(sel, dev.sub(head), head, host, i);
+            bounce_x86(stream, dev.sub(head), head, host, i);
         }
         while i + 16 <= n {
-            x86::load16(host.add(i), dev.add(i), sel.stream_chunks);
+            x86::load16(host.add(i), dev.add(i), stream);
             i += 16;
         }
         if i < n {
-            bounce(sel, dev.add(i), 0, host.add(i), n - i);
+            bounce_x86(stream, dev.add(i), 0, host.add(i), n - i);
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: forwarded contract.
     unsafe {
-        let _ = sel;
+        let _ = stream;
         load_large_body(host, dev, n)
     }
 }
@@ -369,12 +370,33 @@ struct Chunk([u8; 16]);
 #[inline(always)]
 unsafe fn bounce(sel: &Selection, chunk: *const u8, skip: usize, host: *mut u8, n: usize) {
     #[cfg(target_arch = "x86_64")]
+    // SAFETY: forwarded contract; `stream_chunks` is set only where the CPU has SSE4.1.
+    unsafe {
+        bounce_x86(sel.stream_chunks, chunk, skip, host, n)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let mut c = Chunk([0; 16]);
+        // SAFETY: the kernel contract for width 16 (device side aligned, length 16); `c` is ours.
+        unsafe { (sel.load.w16)(c.0.as_mut_ptr(), chunk, 16) };
+        // SAFETY: skip + n <= 16 keeps the reads inside `c`; the caller vouches for `host`.
+        unsafe { small_copy(host, c.0.as_ptr().add(skip), n) }
+    }
+}
+
+/// [`bounce`] on x86-64, with MOVNTDQA when `stream`, else MOVDQA.
+///
+/// # Safety
+/// As [`bounce`]; `stream` only where the CPU has SSE4.1.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn bounce_x86(stream: bool, chunk: *const u8, skip: usize, host: *mut u8, n: usize) {
     {
         let (lo, hi): (u64, u64);
         // SAFETY: one aligned 16-byte read of `chunk`; MOVNTDQA and PEXTRQ need SSE4.1, which
-        // `stream_chunks` says the CPU has; the other branch is SSE2, baseline on x86-64.
+        // `stream` says the CPU has; the other branch is SSE2, baseline on x86-64.
         unsafe {
-            if sel.stream_chunks {
+            if stream {
                 std::arch::asm!(
                     "movntdqa {x}, xmmword ptr [{src}]",
                     "movq {lo}, {x}",
@@ -404,14 +426,6 @@ unsafe fn bounce(sel: &Selection, chunk: *const u8, skip: usize, host: *mut u8, 
                 write_low_bytes(host, v as u64, n);
             }
         }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let mut c = Chunk([0; 16]);
-        // SAFETY: the kernel contract for width 16 (device side aligned, length 16); `c` is ours.
-        unsafe { (sel.load.w16)(c.0.as_mut_ptr(), chunk, 16) };
-        // SAFETY: skip + n <= 16 keeps the reads inside `c`; the caller vouches for `host`.
-        unsafe { small_copy(host, c.0.as_ptr().add(skip), n) }
     }
 }
 
