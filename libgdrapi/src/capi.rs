@@ -277,6 +277,15 @@ unsafe extern "C" fn copy_general<const TO: bool>(h: usize, a: usize, b: usize, 
     copy_failed(dir, h, mapped, host, size)
 }
 
+/// Whether copies through `handle` take the fast path ([`fastcopy`]) now: `Some(true)` for a live
+/// write-combined mapping, `None` where the process cannot use the fast path at all (no
+/// `membarrier`, or mappings of several types live). Not part of the C ABI; for tests, because a
+/// fast path that silently stopped being taken would still copy correctly, only slower.
+#[doc(hidden)]
+pub fn fast_path_ready(handle: GdrMh) -> Option<bool> {
+    fastcopy::allowed().then(|| registry::Mirror::of(handle.h as usize).is_some_and(|m| m.fast_window().len != 0))
+}
+
 /// The copy path's refusals: the same call inside the guard, with the checks that say why.
 #[cold]
 #[inline(never)]

@@ -335,6 +335,12 @@ fn dma_buf_public_copies_fast_path_exact_and_refusals() {
         unsafe { capi::gdr_copy_from_mapping(mh, out.as_mut_ptr().cast(), va.cast::<u8>().add(off).cast(), out.len()) }
     };
     assert_eq!(to(0, &[1]), 0, "the first copy claims this thread's line");
+    // Copies below would pass through the general path too; make sure they test the fast one.
+    let fast = capi::fast_path_ready(mh);
+    match fast {
+        Some(ready) => assert!(ready, "a write-combined dma-buf mapping takes the fast path"),
+        None => eprintln!("fast path unavailable in this process (no membarrier): only the general path is tested"),
+    }
 
     let base = pattern(0x5a, 512);
     let lens: Vec<usize> = (1..=40).chain([63, 64, 65, 100, 127, 128, 129, 255, 300]).collect();
@@ -367,6 +373,9 @@ fn dma_buf_public_copies_fast_path_exact_and_refusals() {
     // SAFETY: a value that is not a handle, which the call must refuse.
     assert_eq!(unsafe { capi::gdr_copy_to_mapping(before, va, one.as_ptr().cast(), 8) }, libc::EINVAL);
     assert_eq!(capi::gdr_unmap(g, mh, va, BUF), 0);
+    if fast.is_some() {
+        assert_eq!(capi::fast_path_ready(mh), Some(false), "an unmapped handle leaves the fast path");
+    }
     assert_eq!(from(0, &mut one), libc::EINVAL, "unmapped");
     assert_eq!(capi::gdr_unpin_buffer(g, mh), 0);
     assert_eq!(to(0, &one), libc::EINVAL, "unpinned");
