@@ -5,7 +5,6 @@
 //! touch the mapping, so an unmap or unpin in another thread waits for in-flight copies instead of
 //! pulling the mapping out from under them.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use gpudirect_common::{Errno, Result};
@@ -17,15 +16,13 @@ use crate::cpu_mapping::{self, CpuMapping, HostPage};
 
 /// Process-wide count of live CPU mappings per type: with more than one type in use, copies end
 /// with a full fence instead of a store fence (spec §4.5). The counts change only on map and
-/// unmap; copies read the one derived flag, [`MIXED_TYPES`].
+/// unmap; copies read the one derived condition, `fastcopy::Why::MixedTypes`.
 static LIVE_MAPPINGS: Mutex<[usize; 4]> = Mutex::new([0; 4]);
-static MIXED_TYPES: AtomicBool = AtomicBool::new(false);
 
 fn count_mapping(t: MappingType, delta: isize) {
     let mut counts = LIVE_MAPPINGS.lock().unwrap_or_else(|p| p.into_inner());
     counts[t as usize] = counts[t as usize].saturating_add_signed(delta);
     let mixed = counts.iter().skip(1).filter(|&&c| c > 0).count() > 1;
-    MIXED_TYPES.store(mixed, Ordering::Relaxed);
     crate::fastcopy::set_general(crate::fastcopy::Why::MixedTypes, mixed);
 }
 
@@ -154,7 +151,7 @@ pub(crate) unsafe fn copy_checked(t: MappingType, dir: Direction, mapped: usize,
             Direction::FromMapping => copy::copy_from_mapping(kind, host as *mut u8, mapped as *const u8, len),
         }
     }
-    if MIXED_TYPES.load(Ordering::Relaxed) {
+    if crate::fastcopy::holds(crate::fastcopy::Why::MixedTypes) {
         copy::full_fence();
     } else if t == MappingType::WriteCombined {
         copy::store_fence();

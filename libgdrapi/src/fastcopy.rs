@@ -12,8 +12,9 @@
 //! out-of-line engines. No lock, no atomic read-modify-write, no call that needs saved registers;
 //! every way out that is not the fast copy is a tail call with the caller's own arguments.
 //!
-//! The process-wide conditions that forbid the fast path ([`Why`]) are kept here, one bit each;
-//! the registry reads them when it sets the handles' mirrors, so copies never do.
+//! The process-wide conditions that forbid the fast path ([`Why`]) are kept here, one bit each,
+//! the one record of them: the registry reads them when it sets the handles' mirrors (so the fast
+//! path never does), the general path for its fence, and `grace` for how readers synchronise.
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering, compiler_fence};
@@ -46,6 +47,12 @@ pub(crate) fn set_general(why: Why, on: bool) {
 /// Sets the condition `why` for good.
 pub(crate) fn require_general(why: Why) {
     set_general(why, true);
+}
+
+/// Whether the condition `why` holds now.
+#[inline(always)]
+pub(crate) fn holds(why: Why) -> bool {
+    GENERAL_ONLY.load(Ordering::Relaxed) & why as u8 != 0
 }
 
 /// Whether copies may take the fast path at all (no [`Why`] holds).

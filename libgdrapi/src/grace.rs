@@ -49,8 +49,12 @@ unsafe impl Sync for Reader {}
 /// Every line ever made, newest first (pushed with a CAS, never removed).
 static READERS: AtomicPtr<Reader> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Set when `membarrier` cannot be used: readers then fence after announcing themselves.
-static READERS_FENCE: AtomicBool = AtomicBool::new(false);
+/// Whether `membarrier` cannot be used, so that readers fence after announcing themselves: one
+/// of the conditions that also keep copies off the fast path, kept there as the one flag.
+#[inline(always)]
+fn readers_fence() -> bool {
+    fastcopy::holds(fastcopy::Why::FencedReaders)
+}
 
 thread_local! {
     /// Gives the line back when the thread exits (touched only when the line is claimed).
@@ -190,7 +194,6 @@ pub(crate) fn init() {
             && membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
         if !ok {
             gdr_dbg!("membarrier(PRIVATE_EXPEDITED) unavailable: copies fence after announcing themselves");
-            READERS_FENCE.store(true, Ordering::SeqCst);
             fastcopy::require_general(fastcopy::Why::FencedReaders);
         }
         ok
@@ -219,7 +222,7 @@ pub(crate) fn announce(key: usize) -> Announced {
     // SAFETY: lines are leaked, so the pointer stays valid for the life of the process.
     let active = unsafe { &(*r).active };
     active.store(key, Ordering::Relaxed);
-    if READERS_FENCE.load(Ordering::Relaxed) {
+    if readers_fence() {
         fence(Ordering::SeqCst);
     } else {
         // The CPU may still order the store after the caller's next loads; the writer's membarrier
@@ -276,12 +279,11 @@ fn claim() -> *const Reader {
 /// Waits until no copy that could have seen the state behind `key` before the caller changed it
 /// is still running. The caller must have published the change (retracted the mapping) first.
 pub(crate) fn synchronize(key: usize) {
-    if !READERS_FENCE.load(Ordering::Relaxed) && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0 {
+    if !readers_fence() && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0 {
         // Registered at init, so this cannot fail on a sane kernel; if it does, fall back for good
         // and still wait correctly below (readers that did not fence before now are covered by
         // the full fence here plus the spin, which sees their store once it drains).
         gdr_err!("membarrier failed ({}); copies will fence from now on", std::io::Error::last_os_error());
-        READERS_FENCE.store(true, Ordering::SeqCst);
         fastcopy::require_general(fastcopy::Why::FencedReaders);
     }
     fence(Ordering::SeqCst);

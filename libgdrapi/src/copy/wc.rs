@@ -7,8 +7,9 @@
 //! saved registers on their fast path.
 //!
 //! Stores follow [`super::plan_wc`]: exact helper accesses for the head and tail, SIMD kernels for
-//! the 16-byte aligned middle. A store may never touch a byte outside the range: the GPU may own
-//! the bytes next to it.
+//! the 16-byte aligned middle; short copies ([`SHORT_MAX`]) do the middle inline, 16 bytes at a
+//! time, without the plan. A store may never touch a byte outside the range: the GPU may own the
+//! bytes next to it.
 //!
 //! Loads read whole aligned 16-byte chunks instead of the head and tail pieces, through the same
 //! 16-byte kernel as the middle, and deliver only the requested bytes to the host. Reads of GPU
@@ -206,8 +207,8 @@ pub(crate) fn chunk_streaming() -> Option<bool> {
 ///
 /// # Safety
 /// As [`load`], and `16 <= n < SHORT_MAX`.
-#[inline(always)]
 /// `stream` is [`chunk_streaming`]'s answer.
+#[inline(always)]
 pub(crate) unsafe fn load_short_body(host: *mut u8, dev: *const u8, n: usize, stream: bool) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: chunk reads as in `load_small` (each aligned chunk holds a byte of the range, so it
