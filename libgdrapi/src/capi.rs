@@ -283,7 +283,7 @@ unsafe extern "C" fn copy_general<const TO: bool>(h: usize, a: usize, b: usize, 
 /// fast path that silently stopped being taken would still copy correctly, only slower.
 #[doc(hidden)]
 pub fn fast_path_ready(handle: GdrMh) -> Option<bool> {
-    fastcopy::allowed().then(|| registry::Mirror::of(handle.h as usize).is_some_and(|m| m.fast_window().len != 0))
+    fastcopy::allowed().then(|| registry::Mirror::of(handle.h as usize).is_some_and(|m| m.fast_window().lim != 0))
 }
 
 /// The copy path's refusals: the same call inside the guard, with the checks that say why.

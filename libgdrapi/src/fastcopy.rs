@@ -20,7 +20,8 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering, compiler_fence};
 
 use crate::copy::{self, aligned, wc};
-use crate::registry::Mirror;
+use crate::registry::{FastWindow, Mirror};
+use crate::thread_words;
 
 /// Process-wide conditions under which copies must take the general path, one bit each.
 static GENERAL_ONLY: AtomicU8 = AtomicU8::new(0);
@@ -60,12 +61,30 @@ pub(crate) fn allowed() -> bool {
     GENERAL_ONLY.load(Ordering::SeqCst) == 0
 }
 
-/// Whether `[dev, dev + n)` is a non-empty range inside `[addr, addr + len)`: two compares, no
-/// overflow for any input.
+/// Offsets at the end of a mapping where an 8-byte access would not fit: the window limit of a
+/// mapping of `len` bytes is `len - SLACK`.
+const SLACK: usize = 7;
+
+/// The fast path's window limit for a mapping of `len` bytes: the number of offsets at which an
+/// access of up to 8 bytes fits. So one compare (`offset < limit`) settles every copy of 1-8
+/// bytes, and a limit of 0, the mirror's "no fast path", fails it for every offset. Copies that
+/// start in the last 7 bytes of a mapping take the general path.
+pub(crate) const fn window_limit(len: usize) -> usize {
+    len.saturating_sub(SLACK)
+}
+
+/// The offset of `dev` in the window, if a copy of 1-8 bytes there lies inside the mapping.
 #[inline(always)]
-fn inside(addr: usize, len: usize, dev: usize, n: usize) -> bool {
-    let off = dev.wrapping_sub(addr);
-    off < len && n.wrapping_sub(1) < len - off
+fn small_fits(w: FastWindow, dev: usize) -> Option<usize> {
+    let off = dev.wrapping_sub(w.addr);
+    (off < w.lim).then_some(off)
+}
+
+/// Whether a copy of `n` bytes at offset `off` (which [`small_fits`] returned) lies inside the
+/// mapping; false for `n == 0`, no overflow for any `n` (`off < lim`, far below `usize::MAX`).
+#[inline(always)]
+fn rest_fits(w: FastWindow, off: usize, n: usize) -> bool {
+    n.wrapping_sub(1) < w.lim + SLACK - off
 }
 
 /// Which way a copy goes, as a const parameter so each export gets its own straight-line code.
@@ -88,51 +107,79 @@ pub(crate) type General = unsafe extern "C" fn(usize, usize, usize, usize) -> c_
 #[inline(always)]
 pub(crate) unsafe fn copy<const TO: bool>(h: usize, a: usize, b: usize, n: usize, general: General) -> c_int {
     let (dev, host) = if TO { (a, b) } else { (b, a) };
-    if let Some(mirror) = Mirror::of(h)
-        && let Some(word) = crate::grace::my_word()
-    {
+    let thread = thread_words::mine();
+    if let Some(mirror) = Mirror::known_to(thread, h) {
+        // SAFETY: `known_to` succeeds only while the thread has a line.
+        let word = unsafe { crate::grace::word_of(thread.line.get()) };
         // Announce, then read the mirror (the order `grace` relies on; the writer's membarrier
         // orders the CPU, this fence the compiler).
         word.store(h, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
-        let m = mirror.fast_window();
-        if inside(m.addr, m.len, dev, n) && host != 0 {
-            // One naturally aligned access of 1, 2, 4 or 8 bytes: one test of size and address
-            // together, then the width by its bit, widest first (bit tests, which the compiler
-            // keeps in this order; compares of `n` it would sort, putting 8 bytes last).
-            if aligned::is_single_access(dev, n) {
-                // SAFETY: `n` is 1, 2, 4 or 8 (the width each branch picks by the bit it tests)
-                // and `dev` a multiple of it, inside a mapping that stays mapped while `word`
-                // names the handle; the host side is the caller's.
+        let w = mirror.fast_window();
+        if let Some(off) = small_fits(w, dev)
+            && host != 0
+        {
+            if n.wrapping_sub(1) < 8 {
+                // SAFETY: 1-8 bytes at an offset `small_fits` accepted, inside a mapping that stays
+                // mapped while `word` names the handle; the host side is the caller's.
+                return unsafe { up_to_8_then_release::<TO>(word, a, b, dev, host, n) };
+            }
+            if rest_fits(w, off, n) {
+                // SAFETY: as above, for the whole range (and the size each helper takes).
                 return unsafe {
-                    if n & 8 != 0 {
-                        single_then_release::<TO, 8>(word, dev, host)
-                    } else if n & 4 != 0 {
-                        single_then_release::<TO, 4>(word, dev, host)
-                    } else if n & 2 != 0 {
-                        single_then_release::<TO, 2>(word, dev, host)
+                    if n < 16 {
+                        small_then_release::<TO>(word, a, b, n)
+                    } else if wc::is_whole_lines(dev, n) {
+                        lines_then_release::<TO>(word, a, b, n)
+                    } else if n < wc::SHORT_MAX {
+                        short_then_release::<TO>(word, a, b, n)
                     } else {
-                        single_then_release::<TO, 1>(word, dev, host)
+                        large_then_release::<TO>(word, a, b, n)
                     }
                 };
             }
-            // SAFETY: as above, for the whole range (and the size each helper takes).
-            return unsafe {
-                if n < 16 {
-                    small_then_release::<TO>(word, a, b, n)
-                } else if wc::is_whole_lines(dev, n) {
-                    lines_then_release::<TO>(word, a, b, n)
-                } else if n < wc::SHORT_MAX {
-                    short_then_release::<TO>(word, a, b, n)
-                } else {
-                    large_then_release::<TO>(word, a, b, n)
-                }
-            };
         }
+        std::hint::cold_path();
         word.store(0, Ordering::Release);
     }
     // SAFETY: forwarded contract.
     unsafe { general(h, a, b, n) }
+}
+
+/// A fast-path copy of 1-8 bytes: one naturally aligned access inline, or the small helper.
+///
+/// # Safety
+/// `1 <= n <= 8` and `[dev, dev + n)` lies in a live write-combined mapping that `word` keeps
+/// mapped; the host side as in [`copy`]; `a`, `b` the export's pointer arguments.
+#[inline(always)]
+unsafe fn up_to_8_then_release<const TO: bool>(
+    word: &AtomicUsize,
+    a: usize,
+    b: usize,
+    dev: usize,
+    host: usize,
+    n: usize,
+) -> c_int {
+    // One naturally aligned access of 1, 2, 4 or 8 bytes: one test of size and address together,
+    // then the width by its bit, widest first (bit tests, which the compiler keeps in this order;
+    // compares of `n` it would sort, putting 8 bytes last).
+    if aligned::is_single_access(dev, n) {
+        // SAFETY: `n` is 1, 2, 4 or 8 (the width each branch picks by the bit it tests) and `dev`
+        // a multiple of it; the rest is the caller's contract.
+        return unsafe {
+            if n & 8 != 0 {
+                single_then_release::<TO, 8>(word, dev, host)
+            } else if n & 4 != 0 {
+                single_then_release::<TO, 4>(word, dev, host)
+            } else if n & 2 != 0 {
+                single_then_release::<TO, 2>(word, dev, host)
+            } else {
+                single_then_release::<TO, 1>(word, dev, host)
+            }
+        };
+    }
+    // SAFETY: the caller's contract; `n < 16`.
+    unsafe { small_then_release::<TO>(word, a, b, n) }
 }
 
 /// A fast-path copy that is one naturally aligned access of `W` bytes, inline: the access, the
@@ -301,19 +348,39 @@ fn opaque_zero() -> c_int {
 
 #[cfg(test)]
 mod tests {
-    use super::inside;
+    use super::*;
+
+    /// What the fast path accepts, as it tests it.
+    fn accepts(addr: usize, len: usize, dev: usize, n: usize) -> bool {
+        let w = FastWindow { addr, lim: window_limit(len) };
+        small_fits(w, dev).is_some_and(|off| n.wrapping_sub(1) < 8 || rest_fits(w, off, n))
+    }
+
+    /// Whether `[dev, dev + n)` is a non-empty range inside `[addr, addr + len)`, in wide integers.
+    fn exactly_inside(addr: usize, len: usize, dev: usize, n: usize) -> bool {
+        let (addr, len, dev, n) = (addr as u128, len as u128, dev as u128, n as u128);
+        n > 0 && dev >= addr && dev + n <= addr + len
+    }
 
     #[test]
-    fn inside_is_exact_at_the_edges_and_refuses_empty_and_overflowing_ranges() {
-        assert!(inside(0x1000, 0x100, 0x1000, 1));
-        assert!(inside(0x1000, 0x100, 0x1000, 0x100));
-        assert!(inside(0x1000, 0x100, 0x10ff, 1));
-        assert!(!inside(0x1000, 0x100, 0x1000, 0x101));
-        assert!(!inside(0x1000, 0x100, 0x1100, 1));
-        assert!(!inside(0x1000, 0x100, 0xfff, 1));
-        assert!(!inside(0x1000, 0x100, 0x1000, 0), "size 0 takes the general path");
-        assert!(!inside(0x1000, 0x100, 0x1080, usize::MAX));
-        assert!(!inside(0x1000, 0x100, usize::MAX, 2));
-        assert!(!inside(0x1000, 0, 0x1000, 1), "nothing is inside an empty mapping");
+    fn the_window_accepts_only_ranges_inside_and_all_but_those_starting_in_the_last_7_bytes() {
+        let addr = 0x10_0000usize;
+        for len in [0usize, 1, 7, 8, 9, 15, 16, 64, 0x100, 0x1000] {
+            let mut devs: Vec<usize> = (addr - 20..addr + len + 20).collect();
+            devs.extend([0, 1, usize::MAX, usize::MAX - 3, usize::MAX - 8, addr.wrapping_neg()]);
+            let mut sizes: Vec<usize> = (0..=24).collect();
+            sizes.extend([len, len + 1, len.wrapping_sub(1), usize::MAX, usize::MAX - 1, 1 << 63, addr.wrapping_neg()]);
+            for &dev in &devs {
+                for &n in &sizes {
+                    let (fast, exact) = (accepts(addr, len, dev, n), exactly_inside(addr, len, dev, n));
+                    assert!(!fast || exact, "accepted outside: len {len:#x} dev {dev:#x} n {n:#x}");
+                    let in_slack = dev.wrapping_sub(addr) >= window_limit(len);
+                    assert!(fast || !exact || in_slack, "refused inside: len {len:#x} dev {dev:#x} n {n:#x}");
+                }
+            }
+        }
+        assert_eq!(window_limit(0x1000), 0x1000 - 7);
+        assert!(accepts(addr, 0x1000, addr + 0x1000 - 8, 8), "the last 8 bytes in one access");
+        assert!(!accepts(addr, 0x1000, addr + 0x1000 - 7, 1), "starting in the slack: general path");
     }
 }

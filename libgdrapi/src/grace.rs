@@ -5,7 +5,8 @@
 //! whole reason to exist and costs a few nanoseconds, so its path may take no lock, do no atomic
 //! read-modify-write on a shared cache line and make no call into the kernel. Unmapping is rare and
 //! costs a system call anyway. So the cost is moved to the unmapping side:
-//! - every copying thread owns one cache line ([`Reader`]), found through a thread-local pointer;
+//! - every copying thread owns one cache line ([`Reader`]), found through a thread-local pointer
+//!   ([`crate::thread_words`]);
 //!   a copy stores the handle it works on there, reads the handle's state, copies, and stores 0.
 //!   Plain stores and loads of the thread's own line: nothing shared is written;
 //! - a thread that retracts a mapping first marks it gone in the handle's state, then runs
@@ -32,10 +33,11 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering, compiler_f
 use std::time::Duration;
 
 use crate::fastcopy;
+use crate::thread_words;
 
 /// One thread's announcement: the key (handle address) it is copying through, or 0.
 #[repr(C, align(64))]
-struct Reader {
+pub(crate) struct Reader {
     active: AtomicUsize,
     /// Whether a live thread owns this line; lines are recycled, never freed.
     claimed: AtomicBool,
@@ -61,103 +63,14 @@ thread_local! {
     static RELEASE: Release = const { Release(Cell::new(std::ptr::null())) };
 }
 
-/// This thread's line pointer (null until its first copy), reached in two instructions.
-///
-/// Rust's `thread_local!` in a shared library uses the general-dynamic TLS model: a call to
-/// `__tls_get_addr` (about ten instructions behind a PLT jump) on every access. TLS descriptors
-/// (the "GNU2" dialect) are no better for a library that is dlopen'ed, as NCCL and UCX load this
-/// one: glibc then resolves them dynamically, and since 2.39 that path saves and restores every
-/// vector register (measured on the H100 machine, Ubuntu 24.04: 14 ns per copy against 10 ns with
-/// the model used here). So on x86-64 Linux the variable is declared in assembly and reached with
-/// the initial-exec model: one load of its offset from the GOT and one `%fs`-relative access. The
-/// price is the `STATIC_TLS` flag: the 8 bytes come from the static TLS surplus glibc keeps for
-/// exactly such libraries (`glibc.rtld.optional_static_tls`, 512 bytes by default); if a process
-/// has used that up, `dlopen` fails with "cannot allocate memory in static TLS block" and the
-/// tunable raises it (docs/performance.md).
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-mod line_tls {
-    use super::Reader;
-
-    std::arch::global_asm!(
-        // Global but hidden: visible to the other codegen units of this crate (debug builds split
-        // it into many objects), never exported from the shared library; "__"-prefixed, the
-        // implementation's namespace, so no C program's own name can collide with it in the
-        // static archive.
-        ".globl __gdrapi_grace_line",
-        ".hidden __gdrapi_grace_line",
-        ".pushsection .tbss,\"awT\",@nobits",
-        ".balign 8",
-        ".type __gdrapi_grace_line,@object",
-        ".size __gdrapi_grace_line,8",
-        "__gdrapi_grace_line:",
-        ".zero 8",
-        ".popsection",
-    );
-
-    /// This thread's value of the variable: the offset from the GOT, then one `%fs`-relative load.
-    #[inline(always)]
-    pub(super) fn get() -> *const Reader {
-        let v: *const Reader;
-        // SAFETY: as in `slot`; reads the GOT and this thread's own variable.
-        unsafe {
-            std::arch::asm!(
-                "movq __gdrapi_grace_line@gottpoff(%rip), {v}",
-                "movq %fs:({v}), {v}",
-                v = out(reg) v,
-                options(att_syntax, nostack, readonly, preserves_flags),
-            );
-        }
-        v
-    }
-
-    /// The address of this thread's copy of the variable.
-    #[inline(always)]
-    pub(super) fn slot() -> *mut *const Reader {
-        let addr: *mut *const Reader;
-        // SAFETY: the x86-64 initial-exec TLS sequence: the GOT entry holds the variable's offset
-        // from the thread pointer, which `%fs:0` holds. Reads only the GOT and the TCB.
-        unsafe {
-            std::arch::asm!(
-                "movq __gdrapi_grace_line@gottpoff(%rip), {a}",
-                "addq %fs:0, {a}",
-                a = out(reg) addr,
-                options(att_syntax, nostack, pure, readonly, preserves_flags),
-            );
-        }
-        addr
-    }
-}
-
-/// Elsewhere, the standard thread-local (aarch64 uses TLS descriptors by default).
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-mod line_tls {
-    use super::Reader;
-    use std::cell::Cell;
-
-    thread_local! {
-        static MINE: Cell<*const Reader> = const { Cell::new(std::ptr::null()) };
-    }
-
-    #[inline(always)]
-    pub(super) fn slot() -> *mut *const Reader {
-        MINE.with(Cell::as_ptr)
-    }
-
-    #[inline(always)]
-    pub(super) fn get() -> *const Reader {
-        MINE.get()
-    }
-}
-
 /// This thread's line, or null.
 #[inline(always)]
 fn mine() -> *const Reader {
-    line_tls::get()
+    thread_words::mine().line.get()
 }
 
 fn set_mine(r: *const Reader) {
-    // SAFETY: as in `mine`; only this thread writes its own variable.
-    unsafe { *line_tls::slot() = r };
+    thread_words::mine().line.set(r);
 }
 
 struct Release(Cell<*const Reader>);
@@ -166,6 +79,8 @@ impl Drop for Release {
     fn drop(&mut self) {
         let r = self.0.get();
         if !r.is_null() {
+            // The fast path's handle check also stands for "this thread has a line": fail it first.
+            thread_words::mine().handles_limit.set(0);
             set_mine(std::ptr::null());
             // SAFETY: lines are leaked, so `r` stays valid for the life of the process.
             let r = unsafe { &*r };
@@ -232,15 +147,17 @@ pub(crate) fn announce(key: usize) -> Announced {
     Announced(active)
 }
 
-/// This thread's announcement word, once the thread has a line (its first copy claims one through
-/// [`announce`]). Storing a key there announces a copy only while readers need no fence (`membarrier`
-/// works); the caller checks that first (the public copy path does, through
-/// `fastcopy`'s flags).
+/// The announcement word of `line`, this thread's line as [`crate::thread_words`] holds it.
+/// Storing a key there announces a copy only while readers need no fence (`membarrier` works);
+/// the caller checks that first (the public copy path does, through its handle's mirror).
+///
+/// # Safety
+/// `line` is not null. (The fast path knows without a test: its handle check fails while the
+/// thread has no line, because the thread's handle count is 0 then.)
 #[inline(always)]
-pub(crate) fn my_word() -> Option<&'static AtomicUsize> {
-    let r = mine();
+pub(crate) unsafe fn word_of(line: *const Reader) -> &'static AtomicUsize {
     // SAFETY: lines are leaked, so a non-null pointer stays valid for the life of the process.
-    (!r.is_null()).then(|| unsafe { &(*r).active })
+    unsafe { &(*line).active }
 }
 
 /// Slow path of [`announce`]: gives this thread a line, recycling one of an exited thread.

@@ -26,6 +26,7 @@ mod grace;
 mod registry;
 pub mod safe;
 mod slab;
+mod thread_words;
 
 pub use abi::MappingType;
 pub use backend::PinFacts;

@@ -30,6 +30,7 @@ use crate::core::{Instance, Pin};
 use crate::cpu_mapping::CpuMapping;
 use crate::grace::{self, Announced};
 use crate::slab::{Allocator, Region, Slot, SlotIndex};
+use crate::thread_words;
 
 /// The first 48 bytes of upstream's `struct gdr`.
 #[repr(C)]
@@ -71,11 +72,12 @@ struct HandleSlot {
     /// length above them: what the general copy path reads, one load.
     state: AtomicU64,
     map_addr: AtomicUsize,
-    /// The mapping's length while copies may take the fast path ([`crate::fastcopy`]: a live
-    /// write-combined mapping, nothing process-wide against it), else 0. Set after `map_addr`,
-    /// cleared before anything else changes, so the fast path needs two loads and no compare of
-    /// its own: a zero length makes its window check fail.
-    fast_len: AtomicUsize,
+    /// The fast path's window limit ([`crate::fastcopy::window_limit`] of the mapping's length)
+    /// while copies may take the fast path ([`crate::fastcopy`]: a live write-combined mapping,
+    /// nothing process-wide against it), else 0. Set after `map_addr`, cleared before anything
+    /// else changes, so the fast path needs two loads and no compare of its own: a zero limit
+    /// makes its window check fail.
+    fast_lim: AtomicUsize,
 }
 
 // SAFETY: all-zero bytes are valid for both (plain integers and atomics); the UnsafeCells are
@@ -127,7 +129,7 @@ pub(crate) struct Tables {
     instances: Vec<Option<Instance>>,
     /// By handle slot index.
     handles: Vec<Option<HandleEntry>>,
-    /// Whether the handles' `fast_len` mirrors were last set for a process that allows the fast
+    /// Whether the handles' `fast_lim` mirrors were last set for a process that allows the fast
     /// copy path ([`crate::fastcopy::allowed`]).
     fast_allowed: bool,
 }
@@ -273,7 +275,7 @@ impl Tables {
         // SAFETY: control mutex held; the slot is not live.
         unsafe { *slot.record.get() = record };
         slot.map_addr.store(0, Ordering::Relaxed);
-        slot.fast_len.store(0, Ordering::Relaxed);
+        slot.fast_lim.store(0, Ordering::Relaxed);
         slot.state.store(PINNED, Ordering::Release);
         put(&mut self.handles, i.get(), (pin, owner, i));
         Ok(HANDLES.addr_of(i))
@@ -327,7 +329,7 @@ impl Tables {
     /// the mapping may be unmapped. Returns what was published, to restore it if unmapping fails.
     pub(crate) fn retract_mapping(&self, h: &Handle) -> Option<(CpuMapping, MappingType)> {
         let slot = HANDLES.get(h.index);
-        slot.fast_len.store(0, Ordering::SeqCst);
+        slot.fast_lim.store(0, Ordering::SeqCst);
         let old = slot.state.swap(PINNED, Ordering::AcqRel);
         if bits_of(old) & MAPPED == 0 {
             return None;
@@ -365,12 +367,12 @@ impl Tables {
 }
 
 impl HandleSlot {
-    /// Sets the fast path's mirror from the published state: the length of a live write-combined
-    /// mapping when `allowed`, else 0. Control mutex held.
+    /// Sets the fast path's mirror from the published state: the window limit of a live
+    /// write-combined mapping when `allowed`, else 0. Control mutex held.
     fn show_fast(&self, allowed: bool) {
         let state = self.state.load(Ordering::Relaxed);
-        let len = if allowed && bits_of(state) == WC_MAPPED { len_of(state) } else { 0 };
-        self.fast_len.store(len, Ordering::Release);
+        let lim = if allowed && bits_of(state) == WC_MAPPED { crate::fastcopy::window_limit(len_of(state)) } else { 0 };
+        self.fast_lim.store(lim, Ordering::Release);
     }
 }
 
@@ -385,6 +387,7 @@ fn type_of(state: u64) -> MappingType {
 pub(crate) fn mapped(h: usize) -> Option<(Announced, CpuMapping, MappingType)> {
     let slot = HANDLES.get_at(HANDLES.index_of(h)?, h);
     let announced = grace::announce(h);
+    remember_handles();
     let state = slot.state.load(Ordering::Acquire);
     if state & MAPPED == 0 {
         return None;
@@ -393,27 +396,56 @@ pub(crate) fn mapped(h: usize) -> Option<(Announced, CpuMapping, MappingType)> {
     Some((announced, m, type_of(state)))
 }
 
+/// Keeps the handle region's bounds in this thread's words, where the fast path checks handles
+/// against them ([`Mirror::known_to`]). Only while the thread has a grace line (the words' count
+/// also stands for that): the general copy path calls this after announcing itself.
+fn remember_handles() {
+    let t = thread_words::mine();
+    debug_assert!(!t.line.get().is_null());
+    let (base, count) = HANDLES.bounds();
+    t.handles_base.set(base);
+    t.handles_limit.set(count);
+}
+
 /// A handle slot as the public copy calls' fast path reads it ([`crate::fastcopy`]).
 #[derive(Clone, Copy)]
 pub(crate) struct Mirror(&'static HandleSlot);
 
+/// What [`Mirror::fast_window`] reads: the mapping's address and its window limit
+/// ([`crate::fastcopy::window_limit`]; 0 when copies may not take the fast path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FastWindow {
+    pub(crate) addr: usize,
+    pub(crate) lim: usize,
+}
+
 impl Mirror {
     /// The slot at address `h`, if `h` is one (live or not: [`Mirror::fast_window`] tells).
-    #[inline(always)]
     pub(crate) fn of(h: usize) -> Option<Mirror> {
         Some(Mirror(HANDLES.get_at(HANDLES.index_of(h)?, h)))
     }
 
-    /// The handle's mapping if copies may take the fast path through it; otherwise a mapping of
-    /// length 0, inside which no range lies. Read it only while the handle is announced
-    /// ([`grace`]): a non-zero length then stays valid, and the address with it, until the
-    /// announcement is withdrawn (the control path clears the length first and waits for
+    /// [`Mirror::of`] against the region's bounds as thread `t` last saw them: `None` as well for
+    /// a handle newer than that, and for every value while the thread has no grace line. So
+    /// `Some` also means that `t.line` is not null.
+    #[inline(always)]
+    pub(crate) fn known_to(t: &thread_words::ThreadWords, h: usize) -> Option<Mirror> {
+        // SAFETY: the words hold this region's bounds (only `remember_handles` sets them) or a
+        // count of 0 (a fresh thread, or one whose line was given back).
+        let i = unsafe { HANDLES.index_within(h, t.handles_base.get(), t.handles_limit.get()) }?;
+        Some(Mirror(HANDLES.get_at(i, h)))
+    }
+
+    /// The handle's mapping address and window limit if copies may take the fast path through
+    /// it; otherwise a limit of 0, inside which no range lies. Read it only while the handle is
+    /// announced ([`grace`]): a non-zero limit then stays valid, and the address with it, until
+    /// the announcement is withdrawn (the control path clears the limit first and waits for
     /// announced copies before it changes anything else).
     #[inline(always)]
-    pub(crate) fn fast_window(self) -> CpuMapping {
+    pub(crate) fn fast_window(self) -> FastWindow {
         let slot = self.0;
-        let len = slot.fast_len.load(Ordering::Acquire);
-        CpuMapping { addr: slot.map_addr.load(Ordering::Relaxed), len }
+        let lim = slot.fast_lim.load(Ordering::Acquire);
+        FastWindow { addr: slot.map_addr.load(Ordering::Relaxed), lim }
     }
 }
 
@@ -469,7 +501,7 @@ mod tests {
         assert_eq!(offset_of!(HandleSlot, record), 0);
     }
 
-    /// The fast path's mirror: the length of a live write-combined mapping while the process
+    /// The fast path's mirror: the window limit of a live write-combined mapping while the process
     /// allows the fast path, 0 otherwise, and 0 before a retraction's grace period starts.
     #[test]
     fn fast_mirror_follows_the_mapping_and_the_process_conditions() {
@@ -492,9 +524,10 @@ mod tests {
         let window = || Mirror::of(HANDLES.addr_of(index)).expect("a slot").fast_window();
         let m = CpuMapping { addr: 0x7f00_0000_0000, len: 0x30000 };
 
-        assert_eq!(window().len, 0, "pinned, not mapped");
+        let lim = crate::fastcopy::window_limit(m.len);
+        assert_eq!(window().lim, 0, "pinned, not mapped");
         t.publish_mapping(&h, m, MappingType::WriteCombined);
-        assert_eq!((window().addr, window().len), (m.addr, m.len));
+        assert_eq!(window(), FastWindow { addr: m.addr, lim });
         assert_eq!(
             mapping_of(HANDLES.addr_of(index)).map(|(_, m, ty)| (m.addr, m.len, ty)),
             Ok((m.addr, m.len, MappingType::WriteCombined))
@@ -502,23 +535,44 @@ mod tests {
 
         set_general(Why::MixedTypes, true);
         t.sync_fast_paths();
-        assert_eq!(window().len, 0, "mixed mapping types take the general path");
+        assert_eq!(window().lim, 0, "mixed mapping types take the general path");
         set_general(Why::MixedTypes, false);
         t.sync_fast_paths();
-        assert_eq!(window().len, m.len, "and the fast path comes back when they end");
+        assert_eq!(window().lim, lim, "and the fast path comes back when they end");
 
         assert_eq!(
             t.retract_mapping(&h).map(|(r, ty)| (r.addr, r.len, ty)),
             Some((m.addr, m.len, MappingType::WriteCombined))
         );
-        assert_eq!(window().len, 0, "retracted");
+        assert_eq!(window().lim, 0, "retracted");
         t.publish_mapping(&h, m, MappingType::Caching);
-        assert_eq!(window().len, 0, "cached mappings take the general path");
+        assert_eq!(window().lim, 0, "cached mappings take the general path");
         assert_eq!(mapping_of(HANDLES.addr_of(index)).map(|(_, m, ty)| (m.len, ty)), Ok((m.len, MappingType::Caching)));
         assert!(t.retract_mapping(&h).is_some());
         t.remove_handle(h);
-        assert_eq!(window().len, 0);
+        assert_eq!(window().lim, 0);
         assert!(mapping_of(HANDLES.addr_of(index)).is_err());
+    }
+
+    #[test]
+    fn a_thread_knows_handles_only_after_its_general_path() {
+        grace::init();
+        let index = CONTROL.lock().unwrap().handle_slots.alloc(&HANDLES).unwrap();
+        let h = HANDLES.addr_of(index);
+        HANDLES.get(index).state.store(PINNED, Ordering::Release);
+        std::thread::spawn(move || {
+            let t = thread_words::mine();
+            assert!(Mirror::known_to(t, h).is_none(), "a fresh thread has no line: general path");
+            assert!(mapped(h).is_none(), "pinned, not mapped");
+            assert!(!t.line.get().is_null(), "the general path gave the thread a line");
+            assert!(Mirror::known_to(t, h).is_some(), "and the handle region's bounds");
+            assert!(Mirror::known_to(t, h + 64).is_none(), "inside a slot is not a slot");
+            assert!(Mirror::known_to(t, h.wrapping_sub(HANDLES.addr_of(index) + (1 << 40))).is_none());
+        })
+        .join()
+        .unwrap();
+        HANDLES.get(index).state.store(0, Ordering::Release);
+        CONTROL.lock().unwrap().handle_slots.free(index);
     }
 
     #[test]

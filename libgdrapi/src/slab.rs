@@ -100,14 +100,33 @@ impl<T: Slot> Region<T> {
     }
 
     /// The index of the slot at `addr`, if `addr` is exactly a slot that was ever handed out.
-    ///
-    /// One compare checks both the range and the alignment: rotating the offset right by
-    /// `log2(STRIDE)` moves any bits of a misaligned offset to the top, far above `committed`.
     #[inline(always)]
     pub(crate) fn index_of(&self, addr: usize) -> Option<SlotIndex<T>> {
-        let committed = self.committed.load(Ordering::Acquire);
-        let i = addr.wrapping_sub(self.base.load(Ordering::Relaxed)).rotate_right(Self::SHIFT);
-        (i < committed).then_some(SlotIndex(i, PhantomData))
+        let (base, count) = self.bounds();
+        // SAFETY: bounds of this region, just read.
+        unsafe { self.index_within(addr, base, count) }
+    }
+
+    /// The region's base and slot count now, for a caller that keeps them for
+    /// [`Region::index_within`] (the copy path keeps them per thread). The count only grows.
+    #[inline(always)]
+    pub(crate) fn bounds(&self) -> (usize, usize) {
+        let count = self.committed.load(Ordering::Acquire);
+        (self.base.load(Ordering::Relaxed), count)
+    }
+
+    /// [`Region::index_of`] against bounds the caller kept.
+    ///
+    /// One compare checks both the range and the alignment: rotating the offset right by
+    /// `log2(STRIDE)` moves any bits of a misaligned offset to the top, far above any count.
+    ///
+    /// # Safety
+    /// `base` and `count` are this region's, as [`Region::bounds`] returned them at some time
+    /// (a count read earlier is only smaller), or `count` is 0.
+    #[inline(always)]
+    pub(crate) unsafe fn index_within(&self, addr: usize, base: usize, count: usize) -> Option<SlotIndex<T>> {
+        let i = addr.wrapping_sub(base).rotate_right(Self::SHIFT);
+        (i < count).then_some(SlotIndex(i, PhantomData))
     }
 
     /// The address of slot `i` (C's value for it).
