@@ -24,6 +24,7 @@ pub(crate) mod cpu_mapping;
 mod fastcopy;
 mod grace;
 mod registry;
+mod rseq;
 pub mod safe;
 mod slab;
 mod thread_words;

@@ -42,6 +42,11 @@ pub(crate) struct ThreadWords {
 
 const _: () = assert!(size_of::<ThreadWords>() == 24 && align_of::<ThreadWords>() == 8);
 
+/// Where the restartable copy section ([`crate::rseq`]) finds the handle region's base.
+pub(crate) const HANDLES_BASE_OFFSET: usize = std::mem::offset_of!(ThreadWords, handles_base);
+/// Where the restartable copy section finds the handle region's count.
+pub(crate) const HANDLES_LIMIT_OFFSET: usize = std::mem::offset_of!(ThreadWords, handles_limit);
+
 /// This thread's words.
 ///
 /// The reference is `!Send` (the cells make `ThreadWords` `!Sync`), so it cannot leave the thread;

@@ -403,3 +403,90 @@ fn dma_buf_copy_unmap_race() {
     let cuda = Cuda::init();
     common::race::copy_unmap_race(&cuda, 3, std::time::Duration::from_secs(3), false);
 }
+
+/// Copies of one aligned access run in restartable sections where the kernel and C library allow
+/// it (`capi::copy_sections`). While one thread makes such copies, another maps and unmaps a
+/// second buffer, whose every unmap aborts the sections in flight (membarrier's rseq command):
+/// every copy still moves exactly its bytes, aborts happen (the kernel accepted the descriptor and
+/// the signature, or the process would have been killed), and the copying thread's section is
+/// armed after its copies.
+#[test]
+fn dma_buf_small_copies_survive_section_aborts() {
+    if std::env::var_os(CHILD).is_none() {
+        return run_in_child("dma_buf_small_copies_survive_section_aborts");
+    }
+    const BUF: usize = 64 << 10;
+    let cuda = Cuda::init();
+    let g = capi::gdr_open();
+    assert!(!g.is_null());
+    let (dptr, other) = (cuda.alloc(BUF), cuda.alloc(BUF));
+    let mut mh = GdrMh { h: 0 };
+    // SAFETY: pointers to live locals of this test.
+    assert_eq!(unsafe { capi::gdr_pin_buffer_v2(g, dptr as _, BUF, 0, &mut mh) }, 0);
+    let mut va = std::ptr::null_mut();
+    // SAFETY: as above.
+    assert_eq!(unsafe { capi::gdr_map(g, mh, &mut va, BUF) }, 0);
+    let va = va as usize;
+    let Some((_, aborts_before)) = capi::copy_sections() else {
+        println!(
+            "SKIP dma_buf_small_copies_survive_section_aborts: no restartable sections here (glibc < 2.35, glibc.pthread.rseq=0, or no membarrier rseq commands)"
+        );
+        return;
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (copies, armed, aborts) = std::thread::scope(|s| {
+        let copier = s.spawn(|| {
+            let mut copies = 0u64;
+            let mut armed = false;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while std::time::Instant::now() < deadline {
+                for width in [1usize, 2, 4, 8] {
+                    let off = (copies as usize * 8) % (BUF - 8);
+                    let data = copies.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_le_bytes();
+                    let mut back = [0u8; 8];
+                    // SAFETY: live locals; the device range is inside the mapping (checked anyway).
+                    unsafe {
+                        assert_eq!(capi::gdr_copy_to_mapping(mh, (va + off) as _, data.as_ptr().cast(), width), 0);
+                        assert_eq!(
+                            capi::gdr_copy_from_mapping(mh, back.as_mut_ptr().cast(), (va + off) as _, width),
+                            0
+                        );
+                    }
+                    assert_eq!(back[..width], data[..width], "{width} bytes at +{off}, copy {copies}");
+                    assert_eq!(back[width..], [0u8; 8][width..], "only {width} bytes written on the host");
+                    copies += 1;
+                }
+                armed |= capi::copy_sections().is_some_and(|(a, _)| a);
+                let aborts = capi::copy_sections().map_or(0, |(_, n)| n) - aborts_before;
+                if stop.load(std::sync::atomic::Ordering::Relaxed) || (aborts >= 100 && copies > 100_000) {
+                    break;
+                }
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            (copies, armed, capi::copy_sections().map_or(0, |(_, n)| n) - aborts_before)
+        });
+        let mut cycles = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut h2 = GdrMh { h: 0 };
+            let mut va2 = std::ptr::null_mut();
+            // SAFETY: pointers to live locals of this test.
+            unsafe {
+                assert_eq!(capi::gdr_pin_buffer_v2(g, other as _, BUF, 0, &mut h2), 0);
+                assert_eq!(capi::gdr_map(g, h2, &mut va2, BUF), 0);
+            }
+            assert_eq!(capi::gdr_unmap(g, h2, va2, BUF), 0);
+            assert_eq!(capi::gdr_unpin_buffer(g, h2), 0);
+            cycles += 1;
+        }
+        let r = copier.join().unwrap();
+        println!("{} copies, {} aborts, {cycles} map/unmap cycles", r.0, r.2);
+        r
+    });
+    assert!(armed, "after its copies the copying thread's section was armed");
+    assert!(aborts > 0, "no section was aborted in {copies} copies");
+    assert_eq!(capi::gdr_unmap(g, mh, va as _, BUF), 0);
+    assert_eq!(capi::gdr_unpin_buffer(g, mh), 0);
+    assert_eq!(capi::gdr_close(g), 0);
+    cuda.free(dptr);
+    cuda.free(other);
+}

@@ -149,8 +149,15 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
                     let e = &table[rng.below(ENTRIES)];
                     let h = GdrMh { h: e.h.load(Ordering::Acquire) };
                     let (va, len) = (e.va.load(Ordering::Relaxed), e.len.load(Ordering::Relaxed).max(1));
-                    let off = rng.below(len);
-                    let n = 1 + rng.below((len - off).min(8192));
+                    // Half the copies are one aligned access of 1-8 bytes, the restartable
+                    // section's copies (src/rseq.rs), the rest any size at any offset.
+                    let (off, n) = if rng.next() & 1 == 0 {
+                        let n = 1usize << rng.below(4);
+                        (rng.below(len) & !(n - 1), n)
+                    } else {
+                        let off = rng.below(len);
+                        (off, 1 + rng.below((len - off).min(8192)))
+                    };
                     let dev = (va + off) as *mut c_void;
                     let rc = if rng.next() & 1 == 0 {
                         // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
