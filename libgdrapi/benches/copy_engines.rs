@@ -386,6 +386,10 @@ enum Method {
         host_off: usize,
     },
     Engine(Engine),
+    /// The dispatcher and its fence behind a C call shaped like `gdr_copy_*` (four arguments,
+    /// through a function pointer): the call boundary a C caller pays, without the public call's
+    /// checks, so public minus this is what the library's own layer costs.
+    DispatchCalled,
     /// A library's public `gdr_copy_*` on its own mapping of the same device memory.
     Public {
         label: String,
@@ -400,6 +404,7 @@ impl Method {
             Method::Dispatch { dev_off: 0, host_off: 0 } => "dispatch".into(),
             Method::Dispatch { dev_off, host_off } => format!("dispatch dev+{dev_off} host+{host_off}"),
             Method::Engine(e) => format!("{}{}", e.name, if e.selected { "*" } else { "" }),
+            Method::DispatchCalled => "dispatch (C call)".into(),
             Method::Public { label, .. } => label.clone(),
         }
     }
@@ -440,6 +445,12 @@ impl Method {
                     (e.f)(host, dev, len);
                     copy::store_fence();
                 }
+                (Method::DispatchCalled, Direction::ToDevice) => {
+                    (dispatch_called().0)(GdrMh { h: 0 }, dev.cast(), host.cast(), len);
+                }
+                (Method::DispatchCalled, Direction::FromDevice) => {
+                    (dispatch_called().1)(GdrMh { h: 0 }, host.cast(), dev.cast(), len);
+                }
                 // `dev` is our mapping; the library copies at the same offset of its own mapping.
                 (Method::Public { m, .. }, Direction::ToDevice) => {
                     (m.copy_to)(m.mh, m.bar.cast(), host.cast(), len);
@@ -450,6 +461,41 @@ impl Method {
             }
         }
     }
+}
+
+/// The dispatcher behind [`CopyFn`]s.
+static DISPATCH_CALLED: (CopyFn, CopyFn) = (dispatch_to_called, dispatch_from_called);
+
+/// [`DISPATCH_CALLED`], loaded so that the compiler cannot see the functions: every call is then
+/// indirect, through a pointer read from memory, as the public columns' calls are.
+#[inline(always)]
+fn dispatch_called() -> (CopyFn, CopyFn) {
+    // SAFETY: a valid, aligned static.
+    unsafe { std::ptr::read_volatile(&DISPATCH_CALLED) }
+}
+
+/// The dispatcher for WC plus the store fence, called as `gdr_copy_to_mapping` is.
+///
+/// # Safety
+/// As `Method::call`.
+#[inline(never)]
+unsafe extern "C" fn dispatch_to_called(_h: GdrMh, dev: *mut c_void, host: *const c_void, n: usize) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { copy::copy_to_mapping(MappingKind::WriteCombined, dev.cast(), host.cast(), n) };
+    copy::store_fence();
+    0
+}
+
+/// The dispatcher for WC plus the store fence, called as `gdr_copy_from_mapping` is.
+///
+/// # Safety
+/// As `Method::call`.
+#[inline(never)]
+unsafe extern "C" fn dispatch_from_called(_h: GdrMh, host: *mut c_void, dev: *const c_void, n: usize) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { copy::copy_from_mapping(MappingKind::WriteCombined, host.cast(), dev.cast(), n) };
+    copy::store_fence();
+    0
 }
 
 #[derive(Clone, Copy)]
@@ -595,6 +641,7 @@ fn summary(what: &str, methods: &[Method], rows: &[(usize, Vec<Option<f64>>)], o
     };
     let dispatch = col(&|m| matches!(m, Method::Dispatch { dev_off: 0, host_off: 0 }));
     let other = col(&|m| matches!(m, Method::Public { label, .. } if label.starts_with("other")));
+    let called = col(&|m| matches!(m, Method::DispatchCalled));
     println!();
     for (len, row) in rows {
         let ns = |i: Option<usize>| i.and_then(|i| row[i]).map(|gbs| *len as f64 / gbs);
@@ -604,6 +651,10 @@ fn summary(what: &str, methods: &[Method], rows: &[(usize, Vec<Option<f64>>)], o
             let pd = dispatch.map(|i| paired(&methods[public], &methods[i], *len, on));
             let pd = pd.map_or(String::new(), |s| format!(", paired {:+.2} ns [{:+.2}..{:+.2}]", s.med, s.p10, s.p90));
             line += &format!(", dispatcher {d:.2} ns (public-dispatcher {:+.2} ns{pd}, speed x{:.2})", p - d, d / p);
+        }
+        if let Some(c) = called {
+            let s = paired(&methods[public], &methods[c], *len, on);
+            line += &format!(", paired public-dispatcher(C call) {:+.2} ns [{:+.2}..{:+.2}]", s.med, s.p10, s.p90);
         }
         if let Some(o) = ns(other) {
             let po = other.map(|i| paired(&methods[public], &methods[i], *len, on));
@@ -840,6 +891,7 @@ fn main() {
                 // middle's host accesses are aligned, which separates the cost of the device side
                 // from that of split host stores.
                 Method::Dispatch { dev_off: 7, host_off: 7 },
+                Method::DispatchCalled,
             ];
             methods.extend(engines.iter().filter(|e| e.dir == dir).map(|e| Method::Engine(*e)));
             if *is_bar {
