@@ -5,8 +5,5 @@ fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libgdrapi.so.{major}");
     // Upstream links with -z defs: fail the link on any undefined symbol.
     println!("cargo:rustc-cdylib-link-arg=-Wl,-z,defs");
-    // Never unloaded: a thread's rseq critical-section pointer may still name our descriptor after
-    // a copy, and the kernel kills a process whose pointer names unmapped memory (src/rseq.rs).
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
     println!("cargo:rerun-if-changed=build.rs");
 }

@@ -286,15 +286,6 @@ pub fn fast_path_ready(handle: GdrMh) -> Option<bool> {
     fastcopy::allowed().then(|| registry::Mirror::of(handle.h as usize).is_some_and(|m| m.fast_window().lim != 0))
 }
 
-/// Whether copies of one aligned access of 1, 2, 4 or 8 bytes run in restartable sections
-/// ([`crate::rseq`]): `None` where they cannot (another target, glibc without rseq, a kernel
-/// without the membarrier rseq commands); else whether this thread's section is armed now and
-/// how many sections the kernel has aborted so far. Not part of the C ABI; for tests.
-#[doc(hidden)]
-pub fn copy_sections() -> Option<(bool, u64)> {
-    crate::rseq::observe()
-}
-
 /// The copy path's refusals: the same call inside the guard, with the checks that say why.
 #[cold]
 #[inline(never)]
@@ -319,49 +310,33 @@ fn null_host() -> Errno {
     Errno::EINVAL
 }
 
-/// The announcing fast path ([`fastcopy`]) of `gdr_copy_to_mapping`, in the export's argument order.
-///
 /// # Safety
-/// As `gdr_copy_to_mapping`.
-unsafe extern "C" fn copy_to_announced(h: usize, map_d_ptr: usize, h_ptr: usize, size: usize) -> c_int {
+/// `h_ptr` is valid for `size` bytes (read by `gdr_copy_to_mapping`, written by
+/// `gdr_copy_from_mapping`) and does not overlap the mapping; the handle and `map_d_ptr` need not be
+/// valid (a stale handle or a range outside the mapping is `EINVAL`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gdr_copy_to_mapping(
+    handle: GdrMh,
+    map_d_ptr: *mut c_void,
+    h_ptr: *const c_void,
+    size: usize,
+) -> c_int {
     // SAFETY: forwarded contract; the fast path checks the handle and the range.
-    unsafe { fastcopy::copy::<TO_MAPPING>(h, map_d_ptr, h_ptr, size, copy_general::<TO_MAPPING>) }
+    unsafe {
+        fastcopy::copy::<TO_MAPPING>(
+            handle.h as usize,
+            map_d_ptr as usize,
+            h_ptr as usize,
+            size,
+            copy_general::<TO_MAPPING>,
+        )
+    }
 }
 
-/// The announcing fast path of `gdr_copy_from_mapping`, in the export's argument order.
-///
-/// # Safety
-/// As `gdr_copy_from_mapping`.
-unsafe extern "C" fn copy_from_announced(h: usize, h_ptr: usize, map_d_ptr: usize, size: usize) -> c_int {
-    // SAFETY: as above.
-    unsafe { fastcopy::copy::<FROM_MAPPING>(h, h_ptr, map_d_ptr, size, copy_general::<FROM_MAPPING>) }
-}
-
-/// On x86-64 Linux a copy of one aligned access of 1, 2, 4 or 8 bytes runs in a restartable
-/// section ([`crate::rseq`]); every other copy jumps to the announcing fast path.
-///
 /// # Safety
 /// `h_ptr` is valid for `size` bytes (read by `gdr_copy_to_mapping`, written by
 /// `gdr_copy_from_mapping`) and does not overlap the mapping; the handle and `map_d_ptr` need not be
 /// valid (a stale handle or a range outside the mapping is `EINVAL`).
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gdr_copy_to_mapping(
-    handle: GdrMh,
-    map_d_ptr: *mut c_void,
-    h_ptr: *const c_void,
-    size: usize,
-) -> c_int {
-    crate::rseq::section_copy!("to", "rsi", "rdx", copy_to_announced)
-}
-
-/// See `gdr_copy_to_mapping`.
-///
-/// # Safety
-/// As `gdr_copy_to_mapping`.
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-#[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gdr_copy_from_mapping(
     handle: GdrMh,
@@ -369,39 +344,16 @@ pub unsafe extern "C" fn gdr_copy_from_mapping(
     map_d_ptr: *const c_void,
     size: usize,
 ) -> c_int {
-    crate::rseq::section_copy!("from", "rdx", "rsi", copy_from_announced)
-}
-
-/// # Safety
-/// `h_ptr` is valid for `size` bytes (read by `gdr_copy_to_mapping`, written by
-/// `gdr_copy_from_mapping`) and does not overlap the mapping; the handle and `map_d_ptr` need not be
-/// valid (a stale handle or a range outside the mapping is `EINVAL`).
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gdr_copy_to_mapping(
-    handle: GdrMh,
-    map_d_ptr: *mut c_void,
-    h_ptr: *const c_void,
-    size: usize,
-) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { copy_to_announced(handle.h as usize, map_d_ptr as usize, h_ptr as usize, size) }
-}
-
-/// See `gdr_copy_to_mapping`.
-///
-/// # Safety
-/// As `gdr_copy_to_mapping`.
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gdr_copy_from_mapping(
-    handle: GdrMh,
-    h_ptr: *mut c_void,
-    map_d_ptr: *const c_void,
-    size: usize,
-) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { copy_from_announced(handle.h as usize, h_ptr as usize, map_d_ptr as usize, size) }
+    // SAFETY: as in `gdr_copy_to_mapping`.
+    unsafe {
+        fastcopy::copy::<FROM_MAPPING>(
+            handle.h as usize,
+            h_ptr as usize,
+            map_d_ptr as usize,
+            size,
+            copy_general::<FROM_MAPPING>,
+        )
+    }
 }
 
 /// # Safety

@@ -107,9 +107,7 @@ pub(crate) fn init() {
         let ok = supported >= 0
             && supported & libc::c_long::from(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0
             && membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
-        if ok {
-            crate::rseq::init();
-        } else {
+        if !ok {
             gdr_dbg!("membarrier(PRIVATE_EXPEDITED) unavailable: copies fence after announcing themselves");
             fastcopy::require_general(fastcopy::Why::FencedReaders);
         }
@@ -195,42 +193,15 @@ fn claim() -> *const Reader {
     line
 }
 
-/// The writer's side of the barrier: every thread of the process passes a full memory barrier, and
-/// with restartable sections on ([`crate::rseq`]) every section in flight is aborted as well, so
-/// a section that read the state before the caller changed it has finished its access or never
-/// will. Those sections announce nothing, so this is all the waiting they need.
-fn expedited_barrier() {
-    let rseq = crate::rseq::enabled();
-    let cmd = if rseq { crate::rseq::MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ } else { MEMBARRIER_CMD_PRIVATE_EXPEDITED };
-    let mut attempts = 0u32;
-    while membarrier(cmd) != 0 {
-        let err = std::io::Error::last_os_error();
-        attempts += 1;
-        // Registered at init, so the command is allowed; the kernel can still run out of memory
-        // for the CPU mask it builds, which passes.
-        if err.raw_os_error() == Some(libc::ENOMEM) && attempts < 1000 {
-            std::thread::sleep(Duration::from_micros(100));
-            continue;
-        }
-        // Cannot happen on a sane kernel. Fall back for good: from now on copies announce
-        // themselves and fence (the spin below then sees every later copy). A section that
-        // started before this point and is still running cannot be waited for without the
-        // kernel's help; it is a few instructions long, so a pause covers it in practice.
-        gdr_err!("membarrier failed ({err}); copies will fence from now on");
-        crate::rseq::disable();
-        fastcopy::require_general(fastcopy::Why::FencedReaders);
-        if rseq {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        break;
-    }
-}
-
 /// Waits until no copy that could have seen the state behind `key` before the caller changed it
 /// is still running. The caller must have published the change (retracted the mapping) first.
 pub(crate) fn synchronize(key: usize) {
-    if !readers_fence() {
-        expedited_barrier();
+    if !readers_fence() && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0 {
+        // Registered at init, so this cannot fail on a sane kernel; if it does, fall back for good
+        // and still wait correctly below (readers that did not fence before now are covered by
+        // the full fence here plus the spin, which sees their store once it drains).
+        gdr_err!("membarrier failed ({}); copies will fence from now on", std::io::Error::last_os_error());
+        fastcopy::require_general(fastcopy::Why::FencedReaders);
     }
     fence(Ordering::SeqCst);
     let mut p = READERS.load(Ordering::Acquire).cast_const();

@@ -24,7 +24,6 @@ pub(crate) mod cpu_mapping;
 mod fastcopy;
 mod grace;
 mod registry;
-mod rseq;
 pub mod safe;
 mod slab;
 mod thread_words;

@@ -116,18 +116,6 @@ const WC_MAPPED: u64 = PINNED | MAPPED | (MappingType::WriteCombined as u64) << 
 static INSTANCES: Region<InstanceSlot> = Region::new(1 << 16);
 static HANDLES: Region<HandleSlot> = Region::new(1 << 20);
 
-/// What the restartable copy section ([`crate::rseq`]) needs of the handle layout, which it reads
-/// in assembly: how far a handle's offset in the region is rotated to give its index, and where
-/// a slot keeps its mapping address and fast-path window limit ([`Mirror::fast_window`]).
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub(crate) const HANDLE_SLOT_SHIFT: u32 = Region::<HandleSlot>::SHIFT;
-/// See [`HANDLE_SLOT_SHIFT`].
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub(crate) const MIRROR_ADDR_OFFSET: usize = std::mem::offset_of!(HandleSlot, map_addr);
-/// See [`HANDLE_SLOT_SHIFT`].
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub(crate) const MIRROR_LIM_OFFSET: usize = std::mem::offset_of!(HandleSlot, fast_lim);
-
 const _: () = assert!(size_of::<InstanceSlot>() == 64 && size_of::<HandleSlot>() == 128);
 
 /// A live handle: its pin, its instance's slot index, and its own slot.

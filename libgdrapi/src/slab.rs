@@ -66,7 +66,7 @@ impl<T: Slot> Region<T> {
 
     const STRIDE: usize = size_of::<T>();
     /// `log2(STRIDE)`: slots are a power of two apart, so [`Region::index_of`] is one rotation.
-    pub(crate) const SHIFT: u32 = {
+    const SHIFT: u32 = {
         assert!(Self::STRIDE.is_power_of_two(), "slot sizes are powers of two");
         Self::STRIDE.trailing_zeros()
     };

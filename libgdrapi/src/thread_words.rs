@@ -42,13 +42,6 @@ pub(crate) struct ThreadWords {
 
 const _: () = assert!(size_of::<ThreadWords>() == 24 && align_of::<ThreadWords>() == 8);
 
-/// Where the restartable copy section ([`crate::rseq`]) finds the handle region's base.
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub(crate) const HANDLES_BASE_OFFSET: usize = std::mem::offset_of!(ThreadWords, handles_base);
-/// Where the restartable copy section finds the handle region's count.
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub(crate) const HANDLES_LIMIT_OFFSET: usize = std::mem::offset_of!(ThreadWords, handles_limit);
-
 /// This thread's words.
 ///
 /// The reference is `!Send` (the cells make `ThreadWords` `!Sync`), so it cannot leave the thread;
