@@ -149,8 +149,8 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
                     let e = &table[rng.below(ENTRIES)];
                     let h = GdrMh { h: e.h.load(Ordering::Acquire) };
                     let (va, len) = (e.va.load(Ordering::Relaxed), e.len.load(Ordering::Relaxed).max(1));
-                    // Half the copies are one aligned access of 1-8 bytes, the restartable
-                    // section's copies (src/rseq.rs), the rest any size at any offset.
+                    // Half the copies are one aligned access of 1-8 bytes (the fast path's inline
+                    // case, src/fastcopy.rs), the rest any size at any offset.
                     let (off, n) = if rng.next() & 1 == 0 {
                         let n = 1usize << rng.below(4);
                         (rng.below(len) & !(n - 1), n)
