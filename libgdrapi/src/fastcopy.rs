@@ -161,20 +161,28 @@ unsafe fn up_to_8_then_release<const TO: bool>(
     n: usize,
 ) -> c_int {
     // One naturally aligned access of 1, 2, 4 or 8 bytes: one test of size and address together,
-    // then the width by its bit, widest first (bit tests, which the compiler keeps in this order;
-    // compares of `n` it would sort, putting 8 bytes last).
+    // then the width. 8 bytes is the straight line (no taken jump: those cost about 0.5 ns each on
+    // the H100 machine's CPU), 4 bytes one jump away, 1 and 2 bytes out of line: flags, counters
+    // and doorbells are 4 or 8 bytes. Written as `n & 4 == 0` because the compiler lays out
+    // that test with its first arm straight on; with `n & 8 != 0` it sorts the compares and
+    // puts 8 bytes last.
     if aligned::is_single_access(dev, n) {
-        // SAFETY: `n` is 1, 2, 4 or 8 (the width each branch picks by the bit it tests) and `dev`
-        // a multiple of it; the rest is the caller's contract.
+        // SAFETY: `n` is 1, 2, 4 or 8 (the width each branch picks by the bits it tests) and
+        // `dev` a multiple of it; the rest is the caller's contract.
         return unsafe {
-            if n & 8 != 0 {
-                single_then_release::<TO, 8>(word, dev, host)
-            } else if n & 4 != 0 {
-                single_then_release::<TO, 4>(word, dev, host)
-            } else if n & 2 != 0 {
-                single_then_release::<TO, 2>(word, dev, host)
+            if n >= 4 {
+                if n & 4 == 0 {
+                    single_then_release::<TO, 8>(word, dev, host)
+                } else {
+                    single_then_release::<TO, 4>(word, dev, host)
+                }
             } else {
-                single_then_release::<TO, 1>(word, dev, host)
+                std::hint::cold_path();
+                if n & 2 != 0 {
+                    single_then_release::<TO, 2>(word, dev, host)
+                } else {
+                    single_then_release::<TO, 1>(word, dev, host)
+                }
             }
         };
     }
