@@ -6,19 +6,21 @@
 //   cc -O2 -o ab ab_public_copy.c -ldl
 //   export LD_LIBRARY_PATH=<dir with cudasim as libcuda.so.1> CUDASIM_DMABUF=1
 //   export CUDASIM_DRIVER_VERSION=13030 GDRCOPY_USE_DMABUF_MMAP=1
-//   taskset -c 3 ./ab A/libgdrapi.so B/libgdrapi.so
+//   taskset -c 3 ./ab A/libgdrapi.so B/libgdrapi.so [calls per cell, default 2000000]
 #include "public_copy_c.h"
 
 static char host[8192] __attribute__((aligned(4096)));
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s A/libgdrapi.so B/libgdrapi.so\n", argv[0]);
+        fprintf(stderr, "usage: %s A/libgdrapi.so B/libgdrapi.so [calls per cell]\n", argv[0]);
         return 2;
     }
     struct lib_mapping lib[2] = { map_with(argv[1]), map_with(argv[2]) };
     enum { R = 9 };
-    long n = 2000000;
+    long n = argc > 3 ? atol(argv[3]) : 2000000;
+    if (n < 1)
+        die("calls per cell");
     int sizes[] = { 1, 2, 4, 8 };
     static double t[2][2][4][R];
     char *h = host + 2048; // not 4 KiB-aliased with the mapping's offset 0
