@@ -148,6 +148,9 @@ fn copy_dispatch_exhaustive_small_sizes() {
     // (device offset, host offset) pairs covering every 16/32/64 alignment class of the device
     // side, with aligned and unaligned host sides.
     let offs = [(0, 0), (1, 0), (8, 3), (15, 1), (16, 16), (33, 7), (48, 63), (63, 32)];
+    // With the engine selection made, as after `gdr_open` (large loads then take their
+    // lines-last path, which needs it).
+    let _ = select::get();
     for kind in KINDS {
         for dir in DIRS {
             let mut f = dispatch(kind, dir);
@@ -410,6 +413,7 @@ fn copy_wc_loads_read_only_the_pages_of_their_range() {
         *b = (i * 7 + 3) as u8;
     }
     let mut host = vec![0u8; 300];
+    let _ = select::get();
     for n in 1..=200usize {
         for start in [0, 1, 3, 7, 8, 15] {
             for at_end in [false, true] {

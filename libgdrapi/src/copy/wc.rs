@@ -295,6 +295,25 @@ unsafe fn load_large(host: *mut u8, dev: *const u8, n: usize) {
 /// As [`load_large`].
 #[inline(always)]
 pub(crate) unsafe fn load_large_body(host: *mut u8, dev: *const u8, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if n >= SHORT_MAX
+        && let Some(sel) = select::ready()
+    {
+        // SAFETY: forwarded; `n >= SHORT_MAX` as `load_lines_last` needs.
+        return unsafe { load_lines_last(sel, host, dev, n) };
+    }
+    // SAFETY: forwarded.
+    unsafe { load_planned(host, dev, n) }
+}
+
+/// [`load_large_body`] through the plan: a chunk for a misaligned head, the 16-aligned middle
+/// split among the kernels, a chunk for the tail. Out of line, so that the calls it makes do not
+/// make [`load_lines_last`]'s callers save registers.
+///
+/// # Safety
+/// As [`load_large`].
+#[inline(never)]
+unsafe fn load_planned(host: *mut u8, dev: *const u8, n: usize) {
     let sel = select::get();
     let head = dev.addr() & 15;
     // SAFETY: chunk reads as in `load_small`; the middle is 16-aligned on the device side with a
@@ -312,6 +331,57 @@ pub(crate) unsafe fn load_large_body(host: *mut u8, dev: *const u8, n: usize) {
         let tail = (n - i) & 15;
         if tail != 0 {
             bounce(sel, dev.add(i + body), 0, host.add(i + body), tail);
+        }
+    }
+}
+
+/// A load of at least [`SHORT_MAX`] bytes on x86-64: first the partial lines at both ends, in
+/// 16-byte chunks inline, then the whole lines between them with the line kernel, last, as a
+/// jump. Out of line on its own, so a caller keeps nothing across the call but what it needs
+/// after the copy (the public path its announcement, one register; [`load_large`] nothing: its
+/// call is a jump too), where the plan's calls made it save six. Reads have no side effects, so
+/// their order is free; the host sees the same bytes.
+///
+/// # Safety
+/// As [`load_large`], and `n >= SHORT_MAX`, so at least one whole line lies inside.
+#[cfg(target_arch = "x86_64")]
+#[inline(never)]
+unsafe fn load_lines_last(sel: &Selection, host: *mut u8, dev: *const u8, n: usize) {
+    let before = (64 - (dev.addr() & 63)) & 63;
+    let after = (dev.addr() + n) & 63;
+    // SAFETY: [dev, dev + before) ends at a line boundary and [dev + n - after, dev + n) starts at
+    // one, both inside the range; between them lie `n - before - after` bytes (at least 64, as
+    // `n >= SHORT_MAX`) of whole lines at a 64-aligned device address: the line slot's contract.
+    unsafe {
+        load_edge(sel.stream_chunks, host, dev, before);
+        load_edge(sel.stream_chunks, host.add(n - after), dev.add(n - after), after);
+        (sel.load.line)(host.add(before), dev.add(before), n - before - after);
+    }
+}
+
+/// A load of `len < 64` bytes in aligned 16-byte chunks (a chunk for a misaligned start, whole
+/// chunks, a chunk for the rest), inline, no call.
+///
+/// # Safety
+/// As [`load`], with `len < 64` (0 does nothing).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn load_edge(stream: bool, host: *mut u8, dev: *const u8, len: usize) {
+    let skip = dev.addr() & 15;
+    let mut i = 0;
+    // SAFETY: chunk reads as in `load_small` (each aligned chunk holds a byte of the range); host
+    // writes stay inside [host, host + len); `bounce_x86` gets `skip + count <= 16`.
+    unsafe {
+        if skip != 0 && len != 0 {
+            i = (16 - skip).min(len);
+            bounce_x86(stream, dev.sub(skip), skip, host, i);
+        }
+        while i + 16 <= len {
+            x86::load16(host.add(i), dev.add(i), stream);
+            i += 16;
+        }
+        if i < len {
+            bounce_x86(stream, dev.add(i), 0, host.add(i), len - i);
         }
     }
 }
