@@ -211,22 +211,11 @@ pub(crate) fn chunk_streaming() -> Option<bool> {
 #[inline(always)]
 pub(crate) unsafe fn load_short_body(host: *mut u8, dev: *const u8, n: usize, stream: bool) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: chunk reads as in `load_small` (each aligned chunk holds a byte of the range, so it
-    // lies in the mapping); host writes stay inside [host, host + n).
+    // SAFETY: forwarded; `n >= 16` is the caller's contract, and telling the compiler spares
+    // `load_chunks` its tests for ranges shorter than the first chunk.
     unsafe {
-        let head = dev.addr() & 15;
-        let mut i = 0;
-        if head != 0 {
-            i = 16 - head;
-            bounce_x86(stream, dev.sub(head), head, host, i);
-        }
-        while i + 16 <= n {
-            x86::load16(host.add(i), dev.add(i), stream);
-            i += 16;
-        }
-        if i < n {
-            bounce_x86(stream, dev.add(i), 0, host.add(i), n - i);
-        }
+        std::hint::assert_unchecked(n >= 16);
+        load_chunks(stream, host, dev, n)
     }
     #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: forwarded contract.
@@ -353,20 +342,20 @@ unsafe fn load_lines_last(sel: &Selection, host: *mut u8, dev: *const u8, n: usi
     // one, both inside the range; between them lie `n - before - after` bytes (at least 64, as
     // `n >= SHORT_MAX`) of whole lines at a 64-aligned device address: the line slot's contract.
     unsafe {
-        load_edge(sel.stream_chunks, host, dev, before);
-        load_edge(sel.stream_chunks, host.add(n - after), dev.add(n - after), after);
+        load_chunks(sel.stream_chunks, host, dev, before);
+        load_chunks(sel.stream_chunks, host.add(n - after), dev.add(n - after), after);
         (sel.load.line)(host.add(before), dev.add(before), n - before - after);
     }
 }
 
-/// A load of `len < 64` bytes in aligned 16-byte chunks (a chunk for a misaligned start, whole
-/// chunks, a chunk for the rest), inline, no call.
+/// A load in aligned 16-byte chunks (a chunk for a misaligned start, whole chunks, a chunk for the
+/// rest), inline, no call: the short path, and the partial lines at the ends of a long load.
 ///
 /// # Safety
-/// As [`load`], with `len < 64` (0 does nothing).
+/// As [`load`] (`len` 0 does nothing).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn load_edge(stream: bool, host: *mut u8, dev: *const u8, len: usize) {
+unsafe fn load_chunks(stream: bool, host: *mut u8, dev: *const u8, len: usize) {
     let skip = dev.addr() & 15;
     let mut i = 0;
     // SAFETY: chunk reads as in `load_small` (each aligned chunk holds a byte of the range); host
