@@ -276,8 +276,8 @@ unsafe extern "C" fn large_then_release<const TO: bool>(word: &AtomicUsize, a: u
 }
 
 /// [`large_then_release`] for whole 64-byte lines at a 64-aligned device address: the line kernel
-/// alone. A function of its own because only the announcement has to survive the kernel call, so
-/// it saves one register where the general large copy saves six.
+/// alone. A function of its own so that whole lines skip the end-line arithmetic and the length
+/// test of the general large copy, and go from the export to the kernel in one jump and one call.
 ///
 /// # Safety
 /// As [`large_then_release`], and [`wc::is_whole_lines`] holds.
