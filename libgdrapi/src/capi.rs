@@ -18,6 +18,7 @@ use crate::abi::{GdrInfoV1, GdrInfoV2, GdrMh, MappingType, set_info_bits};
 use crate::backend::PinRequest;
 use crate::core::{self, Direction, Instance};
 use crate::fastcopy::{self, FROM_MAPPING, TO_MAPPING};
+use crate::parking::{self, Exit};
 use crate::registry::{self, Handle, Tables};
 
 /// Opaque `gdr_t` as C sees it.
@@ -56,11 +57,12 @@ pub extern "C" fn gdr_open() -> GdrT {
     )
 }
 
-/// Unpins one handle: hides its mapping from copies (waiting for those under way), then unpins.
-/// The handle is forgotten even when the driver reports an error, as the core does with the pin.
+/// Unpins one handle: hides its mapping from copies (parking it if one may be under way), then
+/// unpins. The handle is forgotten even when the driver reports an error, as the core does with
+/// the pin.
 fn unpin_one(t: &mut Tables, instance_key: usize, h: Handle) -> Result<()> {
-    t.retract_mapping(&h);
-    let result = t.instance(instance_key)?.unpin(&h.pin);
+    let exit = t.retract_mapping(&h).map_or(Exit::Now, |(_, _, exit)| exit);
+    let result = t.instance(instance_key)?.unpin(&h.pin, exit);
     t.remove_handle(h);
     result
 }
@@ -73,6 +75,7 @@ pub extern "C" fn gdr_close(g: GdrT) -> c_int {
         for h in t.handles_of(key)? {
             unpin_one(&mut t, key, h)?;
         }
+        parking::reclaim();
         // Dropping the instance closes the gdrdrv file (or releases CUDA).
         drop(t.remove_instance(key)?);
         Ok(())
@@ -89,7 +92,7 @@ fn pin(g: GdrT, req: PinRequest, handle: *mut GdrMh) -> Result<()> {
             Ok(())
         }
         Err(e) => {
-            let _ = t.instance(g as usize)?.unpin(&pin);
+            let _ = t.instance(g as usize)?.unpin(&pin, Exit::Now);
             Err(e)
         }
     }
@@ -234,11 +237,12 @@ pub extern "C" fn gdr_unmap(g: GdrT, handle: GdrMh, va: *mut c_void, size: usize
         let t = registry::control();
         let h = t.handle(g as usize, handle.h as usize)?;
         let instance = t.instance(g as usize)?;
-        // Copies under way finish before the range goes; a refused unmap (wrong va or size) puts
-        // the mapping back for them.
+        // Copies under way keep a range that is theirs (parked) until they are done; a refused
+        // unmap (wrong va or size) puts the mapping back for them.
         let published = t.retract_mapping(&h);
-        let result = instance.unmap(&h.pin, va as usize, size);
-        if let (Err(_), Some((m, ty))) = (&result, published) {
+        let exit = published.map_or(Exit::Now, |(_, _, exit)| exit);
+        let result = instance.unmap(&h.pin, va as usize, size, exit);
+        if let (Err(_), Some((m, ty, _))) = (&result, published) {
             t.publish_mapping(&h, m, ty);
         }
         result
@@ -267,7 +271,7 @@ unsafe extern "C" fn copy_general<const TO: bool>(h: usize, a: usize, b: usize, 
     if let Some((announced, m, t)) = registry::mapped(h)
         && (size == 0 || (host != 0 && m.contains(mapped, size)))
     {
-        // SAFETY: `m` stays mapped while `announced` lives (unmapping waits for it) and the device
+        // SAFETY: `m` stays ours while `announced` lives (unmapping parks it) and the device
         // range lies inside it; the C contract: `host` is valid for `size` bytes in the copy's
         // direction and does not overlap the mapping.
         unsafe { core::copy_checked(t, dir, mapped, host, size) };
@@ -284,6 +288,13 @@ unsafe extern "C" fn copy_general<const TO: bool>(h: usize, a: usize, b: usize, 
 #[doc(hidden)]
 pub fn fast_path_ready(handle: GdrMh) -> Option<bool> {
     fastcopy::allowed().then(|| registry::Mirror::of(handle.h as usize).is_some_and(|m| m.fast_window().lim != 0))
+}
+
+/// How many unmapped ranges are parked because a copy may still have been using them
+/// ([`crate::parking`]). Not part of the C ABI; for tests.
+#[doc(hidden)]
+pub fn parked_mappings() -> usize {
+    crate::parking::parked_count()
 }
 
 /// The copy path's refusals: the same call inside the guard, with the checks that say why.

@@ -13,6 +13,7 @@ use crate::abi::{self, GdrInfoV1, MappingType};
 use crate::backend::{self, Backend, PinBackend, PinFacts, PinRequest};
 use crate::copy::{self, MappingKind};
 use crate::cpu_mapping::{self, CpuMapping, HostPage};
+use crate::parking::{self, Exit};
 
 /// Process-wide count of live CPU mappings per type: with more than one type in use, copies end
 /// with a full fence instead of a store fence (spec §4.5). The counts change only on map and
@@ -235,17 +236,20 @@ impl Instance {
         Ok(())
     }
 
-    /// Unpins (`gdr_unpin_buffer`). The pin is forgotten even if the driver reports an error.
-    pub fn unpin(&self, pin: &Arc<Pin>) -> Result<()> {
+    /// Unpins (`gdr_unpin_buffer`); a live mapping leaves as `exit` says. The pin is forgotten
+    /// even if the driver reports an error.
+    pub(crate) fn unpin(&self, pin: &Arc<Pin>, exit: Exit) -> Result<()> {
         self.take(pin)?;
         let mut state = pin.write_state();
         state.unpinned = true;
-        // The kernel (gdrdrv) zaps a live mapping on unpin; dma-buf mappings we remove ourselves.
-        // Either way it no longer counts as a live mapping of its type.
+        // The kernel (gdrdrv) zaps a live mapping on unpin and leaves the range (later accesses
+        // fault, as upstream's do); dma-buf mappings we remove ourselves. A mapping a copy may
+        // still be using is parked first either way, so that copy never faults. Either way it no
+        // longer counts as a live mapping of its type.
         if let Some((m, t)) = state.mapping.take() {
             count_mapping(t, -1);
-            if let PinBackend::DmaBuf { .. } = pin.backend {
-                let _ = cpu_mapping::unmap(m.addr, m.len);
+            if matches!(pin.backend, PinBackend::DmaBuf { .. }) || exit != Exit::Now {
+                let _ = parking::remove(m, exit);
             }
         }
         match (&self.backend, &pin.backend) {
@@ -312,9 +316,9 @@ impl Instance {
         Ok(m)
     }
 
-    /// Unmaps (`gdr_unmap`). We require the address and rounded length of the live mapping
-    /// (upstream unmaps whatever range it is given).
-    pub fn unmap(&self, pin: &Arc<Pin>, va: usize, size: usize) -> Result<()> {
+    /// Unmaps (`gdr_unmap`); the range leaves as `exit` says. We require the address and rounded
+    /// length of the live mapping (upstream unmaps whatever range it is given).
+    pub(crate) fn unmap(&self, pin: &Arc<Pin>, va: usize, size: usize, exit: Exit) -> Result<()> {
         let mut state = pin.write_state();
         let Some((m, t)) = state.mapping else {
             gdr_err!("mh is not mapped yet");
@@ -324,7 +328,7 @@ impl Instance {
             gdr_err!("unmap of [{va:#x}, +{size:#x}) does not match the mapping [{:#x}, +{:#x})", m.addr, m.len);
             return Err(Errno::EINVAL);
         }
-        cpu_mapping::unmap(m.addr, m.len)?;
+        parking::remove(m, exit)?;
         state.mapping = None;
         count_mapping(t, -1);
         Ok(())
@@ -391,7 +395,7 @@ impl Instance {
     pub fn unpin_all(&self) -> Result<()> {
         loop {
             let Some(pin) = self.pins().last().cloned() else { return Ok(()) };
-            self.unpin(&pin)?;
+            self.unpin(&pin, Exit::Now)?;
         }
     }
 

@@ -43,6 +43,31 @@ pub fn unmap(addr: usize, len: usize) -> Result<()> {
     if r == -1 { Err(Errno::last()) } else { Ok(()) }
 }
 
+/// Replaces the mapping at `[addr, addr + len)` with private anonymous memory in one step
+/// (`mmap(MAP_FIXED)`): the device memory is no longer reachable through the range, yet the range
+/// stays ours, readable and writable, so no other mapping can be placed there. The kernel waits
+/// for page faults under way in the range before it replaces it.
+pub fn replace_with_anonymous(addr: usize, len: usize) -> Result<()> {
+    // SAFETY: MAP_FIXED over a range this library mapped and still owns (the caller's); no Rust
+    // reference into it is alive (copies only use raw pointers into mappings).
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        Err(Errno::last())
+    } else {
+        debug_assert_eq!(p as usize, addr);
+        Ok(())
+    }
+}
+
 /// Host page facts (`sysconf(_SC_PAGESIZE)`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostPage {

@@ -6,18 +6,19 @@
 //!
 //! Why a separate path: the copy call is the library's reason to exist and its cost over the raw
 //! engine is what users see. This one is written to compile into a leaf: a handle check (one
-//! rotate and compare), the announcement ([`crate::grace`]), the window check against the
-//! handle's fast-path mirror (whose length is 0 unless everything above holds, so it needs no
-//! test of its own), and either one naturally aligned access plus the fence, or a jump to the
-//! out-of-line engines. No lock, no atomic read-modify-write, no call that needs saved registers;
-//! every way out that is not the fast copy is a tail call with the caller's own arguments.
+//! rotate and compare), the announcement ([`crate::grace`]: one store, left in place after the
+//! copy, see [`crate::parking`] for why that is safe), the window check against the handle's
+//! fast-path mirror (whose length is 0 unless everything above holds, so it needs no test of its
+//! own), and either one naturally aligned access plus the fence, or a jump to the out-of-line
+//! engines. No lock, no atomic read-modify-write, no call that needs saved registers; every way
+//! out that is not the fast copy is a tail call with the caller's own arguments.
 //!
 //! The process-wide conditions that forbid the fast path ([`Why`]) are kept here, one bit each,
 //! the one record of them: the registry reads them when it sets the handles' mirrors (so the fast
 //! path never does), the general path for its fence, and `grace` for how readers synchronise.
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering, compiler_fence};
+use std::sync::atomic::{AtomicU8, Ordering, compiler_fence};
 
 use crate::copy::{self, aligned, wc};
 use crate::registry::{FastWindow, Mirror};
@@ -112,35 +113,35 @@ pub(crate) unsafe fn copy<const TO: bool>(h: usize, a: usize, b: usize, n: usize
         // SAFETY: `known_to` succeeds only while the thread has a line.
         let word = unsafe { crate::grace::word_of(thread.line.get()) };
         // Announce, then read the mirror (the order `grace` relies on; the writer's membarrier
-        // orders the CPU, this fence the compiler).
-        word.store(h, Ordering::Relaxed);
+        // orders the CPU, this fence the compiler). Release: this thread's earlier copies, whose
+        // announcement this replaces, are over before a writer can see it gone.
+        word.store(h, Ordering::Release);
         compiler_fence(Ordering::SeqCst);
         let w = mirror.fast_window();
         if let Some(off) = small_fits(w, dev)
             && host != 0
         {
             if n.wrapping_sub(1) < 8 {
-                // SAFETY: 1-8 bytes at an offset `small_fits` accepted, inside a mapping that stays
-                // mapped while `word` names the handle; the host side is the caller's.
-                return unsafe { up_to_8_then_release::<TO>(word, a, b, dev, host, n) };
+                // SAFETY: 1-8 bytes at an offset `small_fits` accepted, inside a mapping that
+                // stays ours while `word` names the handle; the host side is the caller's.
+                return unsafe { up_to_8::<TO>(h, a, b, dev, host, n) };
             }
             if rest_fits(w, off, n) {
                 // SAFETY: as above, for the whole range (and the size each helper takes).
                 return unsafe {
                     if n < 16 {
-                        small_then_release::<TO>(word, a, b, n)
+                        small::<TO>(h, a, b, n)
                     } else if wc::is_whole_lines(dev, n) {
-                        lines_then_release::<TO>(word, a, b, n)
+                        lines::<TO>(h, a, b, n)
                     } else if n < wc::SHORT_MAX {
-                        short_then_release::<TO>(word, a, b, n)
+                        short::<TO>(h, a, b, n)
                     } else {
-                        large_then_release::<TO>(word, a, b, n)
+                        large::<TO>(h, a, b, n)
                     }
                 };
             }
         }
         std::hint::cold_path();
-        word.store(0, Ordering::Release);
     }
     // SAFETY: forwarded contract.
     unsafe { general(h, a, b, n) }
@@ -149,17 +150,10 @@ pub(crate) unsafe fn copy<const TO: bool>(h: usize, a: usize, b: usize, n: usize
 /// A fast-path copy of 1-8 bytes: one naturally aligned access inline, or the small helper.
 ///
 /// # Safety
-/// `1 <= n <= 8` and `[dev, dev + n)` lies in a live write-combined mapping that `word` keeps
-/// mapped; the host side as in [`copy`]; `a`, `b` the export's pointer arguments.
+/// `1 <= n <= 8` and `[dev, dev + n)` lies in a live write-combined mapping that this thread's
+/// announcement keeps ours; the host side as in [`copy`]; `h`, `a`, `b` the export's arguments.
 #[inline(always)]
-unsafe fn up_to_8_then_release<const TO: bool>(
-    word: &AtomicUsize,
-    a: usize,
-    b: usize,
-    dev: usize,
-    host: usize,
-    n: usize,
-) -> c_int {
+unsafe fn up_to_8<const TO: bool>(h: usize, a: usize, b: usize, dev: usize, host: usize, n: usize) -> c_int {
     // One naturally aligned access of 1, 2, 4 or 8 bytes: one test of size and address together,
     // then the width. 8 bytes is the straight line (no taken jump: those cost about 0.5 ns each on
     // the H100 machine's CPU), 4 bytes one jump away, 1 and 2 bytes out of line: flags, counters
@@ -171,33 +165,25 @@ unsafe fn up_to_8_then_release<const TO: bool>(
         // `dev` a multiple of it; the rest is the caller's contract.
         return unsafe {
             if n >= 4 {
-                if n & 4 == 0 {
-                    single_then_release::<TO, 8>(word, dev, host)
-                } else {
-                    single_then_release::<TO, 4>(word, dev, host)
-                }
+                if n & 4 == 0 { single::<TO, 8>(dev, host) } else { single::<TO, 4>(dev, host) }
             } else {
                 std::hint::cold_path();
-                if n & 2 != 0 {
-                    single_then_release::<TO, 2>(word, dev, host)
-                } else {
-                    single_then_release::<TO, 1>(word, dev, host)
-                }
+                if n & 2 != 0 { single::<TO, 2>(dev, host) } else { single::<TO, 1>(dev, host) }
             }
         };
     }
     // SAFETY: the caller's contract; `n < 16`.
-    unsafe { small_then_release::<TO>(word, a, b, n) }
+    unsafe { small::<TO>(h, a, b, n) }
 }
 
-/// A fast-path copy that is one naturally aligned access of `W` bytes, inline: the access, the
-/// fence, the end of the announcement.
+/// A fast-path copy that is one naturally aligned access of `W` bytes, inline: the access and the
+/// fence.
 ///
 /// # Safety
 /// `dev` is a multiple of `W` and `[dev, dev + W)` lies in a live write-combined mapping that
-/// `word` keeps mapped; the host side as in [`copy`].
+/// this thread's announcement keeps ours; the host side as in [`copy`].
 #[inline(always)]
-unsafe fn single_then_release<const TO: bool, const W: usize>(word: &AtomicUsize, dev: usize, host: usize) -> c_int {
+unsafe fn single<const TO: bool, const W: usize>(dev: usize, host: usize) -> c_int {
     // SAFETY: the caller's contract.
     unsafe {
         if TO {
@@ -207,24 +193,22 @@ unsafe fn single_then_release<const TO: bool, const W: usize>(word: &AtomicUsize
         }
     }
     copy::store_fence();
-    word.store(0, Ordering::Release);
     0
 }
 
 /// The rest of a fast-path copy under 16 bytes that is not one access: the write-combined
-/// helper, the fence, the end of the announcement. Out of line, so the fast path itself needs no
-/// saved registers and jumps here; `extern "C"` because such a function cannot unwind, which is
-/// what lets the caller's call be a jump (a call that might unwind through an `extern "C"` export
-/// needs a landing pad). `a` and `b` are the export's pointer arguments in its own order, as in
-/// [`copy`], so the jump needs no register moves.
+/// helper and the fence. Out of line, so the fast path itself needs no saved registers and jumps
+/// here; `extern "C"` because such a function cannot unwind, which is what lets the caller's call
+/// be a jump (a call that might unwind through an `extern "C"` export needs a landing pad). Takes
+/// the export's own arguments in its own order, as [`copy`] does (`h` unused), so the jump needs
+/// no register moves.
 ///
 /// # Safety
-/// The mapping side's `[ptr, ptr + n)` lies in a live write-combined mapping that `word` keeps
-/// mapped, `1 <= n < 16`; the host side as in [`copy`].
+/// The mapping side's `[ptr, ptr + n)` lies in a live write-combined mapping that this thread's
+/// announcement keeps ours, `1 <= n < 16`; the host side as in [`copy`].
 #[inline(never)]
-unsafe extern "C" fn small_then_release<const TO: bool>(word: &AtomicUsize, a: usize, b: usize, n: usize) -> c_int {
-    copy_then_release::<TO>(
-        word,
+unsafe extern "C" fn small<const TO: bool>(_h: usize, a: usize, b: usize, n: usize) -> c_int {
+    copy_then_fence::<TO>(
         a,
         b,
         // SAFETY: the caller's contract (a device range of 1-15 bytes inside the mapping).
@@ -234,20 +218,19 @@ unsafe extern "C" fn small_then_release<const TO: bool>(word: &AtomicUsize, a: u
     )
 }
 
-/// [`small_then_release`] for short copies (16 bytes up to [`wc::SHORT_MAX`], not whole lines):
-/// inline 16-byte steps between exact or chunked ends, no call, so no saved registers.
+/// [`small`] for short copies (16 bytes up to [`wc::SHORT_MAX`], not whole lines): inline
+/// 16-byte steps between exact or chunked ends, no call, so no saved registers.
 ///
 /// # Safety
-/// As [`small_then_release`], but `16 <= n < wc::SHORT_MAX`.
+/// As [`small`], but `16 <= n < wc::SHORT_MAX`.
 #[inline(never)]
-unsafe extern "C" fn short_then_release<const TO: bool>(word: &AtomicUsize, a: usize, b: usize, n: usize) -> c_int {
+unsafe extern "C" fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     let Some(stream) = wc::chunk_streaming() else {
         // Not selected yet (cannot happen after `gdr_open`): the general large copy selects.
         // SAFETY: forwarded.
-        return unsafe { large_then_release::<TO>(word, a, b, n) };
+        return unsafe { large::<TO>(h, a, b, n) };
     };
-    copy_then_release::<TO>(
-        word,
+    copy_then_fence::<TO>(
         a,
         b,
         // SAFETY: the caller's contract (a short device range inside the mapping).
@@ -257,15 +240,13 @@ unsafe extern "C" fn short_then_release<const TO: bool>(word: &AtomicUsize, a: u
     )
 }
 
-/// [`small_then_release`] from [`wc::SHORT_MAX`] bytes up: head, SIMD middle and tail, fence,
-/// release.
+/// [`small`] from [`wc::SHORT_MAX`] bytes up: head, SIMD middle and tail, fence.
 ///
 /// # Safety
-/// As [`small_then_release`], but `n >= 16`.
+/// As [`small`], but `n >= 16`.
 #[inline(never)]
-unsafe extern "C" fn large_then_release<const TO: bool>(word: &AtomicUsize, a: usize, b: usize, n: usize) -> c_int {
-    copy_then_release::<TO>(
-        word,
+unsafe extern "C" fn large<const TO: bool>(_h: usize, a: usize, b: usize, n: usize) -> c_int {
+    copy_then_fence::<TO>(
         a,
         b,
         // SAFETY: the caller's contract (a device range inside the mapping).
@@ -275,21 +256,20 @@ unsafe extern "C" fn large_then_release<const TO: bool>(word: &AtomicUsize, a: u
     )
 }
 
-/// [`large_then_release`] for whole 64-byte lines at a 64-aligned device address: the line kernel
-/// alone. A function of its own so that whole lines skip the end-line arithmetic and the length
-/// test of the general large copy, and go from the export to the kernel in one jump and one call.
+/// [`large`] for whole 64-byte lines at a 64-aligned device address: the line kernel alone. A
+/// function of its own so that whole lines skip the end-line arithmetic and the length test of
+/// the general large copy, and go from the export to the kernel in one jump and one call.
 ///
 /// # Safety
-/// As [`large_then_release`], and [`wc::is_whole_lines`] holds.
+/// As [`large`], and [`wc::is_whole_lines`] holds.
 #[inline(never)]
-unsafe extern "C" fn lines_then_release<const TO: bool>(word: &AtomicUsize, a: usize, b: usize, n: usize) -> c_int {
+unsafe extern "C" fn lines<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     let Some((store, load)) = wc::line_kernels() else {
         // Not selected yet (cannot happen after `gdr_open`): the general large copy selects.
         // SAFETY: forwarded.
-        return unsafe { large_then_release::<TO>(word, a, b, n) };
+        return unsafe { large::<TO>(h, a, b, n) };
     };
-    copy_then_release::<TO>(
-        word,
+    copy_then_fence::<TO>(
         a,
         b,
         // SAFETY: the line slot's contract (a 64-aligned device side, a multiple of 64 bytes) is
@@ -301,11 +281,10 @@ unsafe extern "C" fn lines_then_release<const TO: bool>(word: &AtomicUsize, a: u
 }
 
 /// The body of every helper above: `store(dev, host)` for a copy to the mapping or
-/// `load(host, dev)` for one from it (`a` and `b` in the export's order, see [`copy`]), then
-/// [`release`].
+/// `load(host, dev)` for one from it (`a` and `b` in the export's order, see [`copy`]), then the
+/// store fence of a write-combined copy.
 #[inline(always)]
-fn copy_then_release<const TO: bool>(
-    word: &AtomicUsize,
+fn copy_then_fence<const TO: bool>(
     a: usize,
     b: usize,
     store: impl FnOnce(*mut u8, *const u8),
@@ -316,15 +295,7 @@ fn copy_then_release<const TO: bool>(
     } else {
         load(a as *mut u8, b as *const u8);
     }
-    release(word)
-}
-
-/// The end of a fast-path copy: the store fence of a write-combined copy, then the end of the
-/// announcement (after the fence: the copy is complete before an unmapping thread may proceed).
-#[inline(always)]
-fn release(word: &AtomicUsize) -> c_int {
     copy::store_fence();
-    word.store(0, Ordering::Release);
     opaque_zero()
 }
 

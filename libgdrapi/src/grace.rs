@@ -1,5 +1,5 @@
-//! Grace periods for the copy path: how `gdr_unmap`, `gdr_unpin_buffer` and `gdr_close` know that
-//! no copy in another thread still touches a mapping before it is unmapped.
+//! Grace periods for the copy path: how `gdr_unmap`, `gdr_unpin_buffer` and `gdr_close` know
+//! whether a copy in another thread may still touch a mapping they are about to remove.
 //!
 //! Why this scheme (asymmetric hazard announcements with `membarrier(2)`): a copy is the library's
 //! whole reason to exist and costs a few nanoseconds, so its path may take no lock, do no atomic
@@ -7,13 +7,20 @@
 //! costs a system call anyway. So the cost is moved to the unmapping side:
 //! - every copying thread owns one cache line ([`Reader`]), found through a thread-local pointer
 //!   ([`crate::thread_words`]);
-//!   a copy stores the handle it works on there, reads the handle's state, copies, and stores 0.
-//!   Plain stores and loads of the thread's own line: nothing shared is written;
+//!   a copy stores the handle it works on there (a release store: everything the thread's earlier
+//!   copies did happens before it), reads the handle's state and copies. The fast path leaves the
+//!   handle there until the thread's next copy: one store per copy instead of two (the general
+//!   path still clears it, which costs it nothing that matters). Plain stores and loads of the
+//!   thread's own line: nothing shared is written;
 //! - a thread that retracts a mapping first marks it gone in the handle's state, then runs
 //!   `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, which makes every thread of the process pass a
-//!   full memory barrier, and then waits until no reader line names the handle. After the barrier a
-//!   copy either saw the mark (and gives up) or its announcement is visible (and is waited for);
-//!   this is the asymmetric Dekker pattern behind liburcu's membarrier flavour.
+//!   full memory barrier, and then looks for lines naming the handle ([`retire`]). After the
+//!   barrier a copy either saw the mark (and gives up) or its announcement is visible; this is
+//!   the asymmetric Dekker pattern behind liburcu's membarrier flavour. A line that no longer
+//!   names the handle belongs to a thread that has moved on: its later store comes after its
+//!   accesses. A line that still names it may belong to a copy under way, or to a thread whose
+//!   last copy went through the handle long ago; the two look the same, so the writer never
+//!   waits for them: the mapping is parked instead ([`crate::parking`]).
 //!
 //! Where `membarrier` with private expedited commands is missing (kernels before 4.14, some
 //! sandboxes), readers issue a full fence after announcing themselves instead; decided once, at the
@@ -21,7 +28,7 @@
 //!
 //! Epoch schemes were the alternative; they need the same per-thread line plus a global epoch
 //! that the writer must advance and wait on, which buys nothing here since the writer already knows
-//! the one key (the handle) it is waiting for. Reader counts in the handle would be a
+//! the one key (the handle) it is looking for. Reader counts in the handle would be a
 //! read-modify-write of a shared line on every copy.
 //!
 //! Not async-signal-safe, like upstream: a copy from a signal handler interrupting a copy in the
@@ -30,12 +37,11 @@
 use std::cell::Cell;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering, compiler_fence, fence};
-use std::time::Duration;
 
 use crate::fastcopy;
 use crate::thread_words;
 
-/// One thread's announcement: the key (handle address) it is copying through, or 0.
+/// One thread's announcement: the key (handle address) it is copying or last copied through, or 0.
 #[repr(C, align(64))]
 pub(crate) struct Reader {
     active: AtomicUsize,
@@ -136,7 +142,9 @@ pub(crate) fn announce(key: usize) -> Announced {
     }
     // SAFETY: lines are leaked, so the pointer stays valid for the life of the process.
     let active = unsafe { &(*r).active };
-    active.store(key, Ordering::Relaxed);
+    // Release: the accesses of this thread's earlier copies, which may have left their key here,
+    // happen before a writer sees this one (see the module comment).
+    active.store(key, Ordering::Release);
     if readers_fence() {
         fence(Ordering::SeqCst);
     } else {
@@ -148,8 +156,9 @@ pub(crate) fn announce(key: usize) -> Announced {
 }
 
 /// The announcement word of `line`, this thread's line as [`crate::thread_words`] holds it.
-/// Storing a key there announces a copy only while readers need no fence (`membarrier` works);
-/// the caller checks that first (the public copy path does, through its handle's mirror).
+/// Storing a key there (with release ordering) announces a copy only while readers need no fence
+/// (`membarrier` works); the caller checks that first (the public copy path does, through its
+/// handle's mirror). The key may stay there after the copy.
 ///
 /// # Safety
 /// `line` is not null. (The fast path knows without a test: its handle check fails while the
@@ -193,65 +202,75 @@ fn claim() -> *const Reader {
     line
 }
 
-/// Waits until no copy that could have seen the state behind `key` before the caller changed it
-/// is still running. The caller must have published the change (retracted the mapping) first.
-pub(crate) fn synchronize(key: usize) {
+/// Whether a copy that could have seen the state behind `key` before the caller changed it may
+/// still be touching what that state described: false means none can, true that some thread's
+/// line names `key` (a copy under way, or one that ended without another since). The caller must
+/// have published the change (retracted the mapping) first. Its own line does not count: it is
+/// not copying.
+pub(crate) fn retire(key: usize) -> bool {
     if !readers_fence() && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0 {
         // Registered at init, so this cannot fail on a sane kernel; if it does, fall back for good
-        // and still wait correctly below (readers that did not fence before now are covered by
-        // the full fence here plus the spin, which sees their store once it drains).
+        // and still answer correctly below (readers that did not fence before now are covered by
+        // the full fence here: their announcement is either visible now or made after the mark).
         gdr_err!("membarrier failed ({}); copies will fence from now on", std::io::Error::last_os_error());
         fastcopy::require_general(fastcopy::Why::FencedReaders);
     }
     fence(Ordering::SeqCst);
+    named(key)
+}
+
+/// Whether another thread's line names `key` now. Once a line shows another value, that thread's
+/// accesses under `key` are over (its later store is a release store), so a key that was retired
+/// with [`retire`] and is no longer named has no copy left; no barrier is needed for that.
+pub(crate) fn named(key: usize) -> bool {
+    let own = mine();
     let mut p = READERS.load(Ordering::Acquire).cast_const();
     while !p.is_null() {
         // SAFETY: lines are leaked, so every pointer in the list stays valid.
         let r = unsafe { &*p };
-        let mut spins = 0u32;
-        while r.active.load(Ordering::Acquire) == key {
-            spins += 1;
-            if spins < 128 {
-                std::hint::spin_loop();
-            } else if spins < 256 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
-            }
+        if p != own && r.active.load(Ordering::Acquire) == key {
+            return true;
         }
         p = r.next;
     }
+    false
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
-    use std::sync::atomic::AtomicU64;
 
     #[test]
-    fn a_writer_waits_for_an_announced_reader() {
+    fn a_retired_key_is_named_until_its_reader_moves_on() {
         init();
         let key = 0x1000usize;
-        let done = Arc::new(AtomicU64::new(0));
-        let inside = Arc::new(AtomicBool::new(false));
-        let (d, i) = (done.clone(), inside.clone());
+        let (to_reader, reader_rx) = std::sync::mpsc::channel::<usize>();
+        let (to_main, main_rx) = std::sync::mpsc::channel::<()>();
+        // A reader that announces each key it is sent and leaves it there, as the fast path does.
         let t = std::thread::spawn(move || {
-            let a = announce(key);
-            i.store(true, Ordering::SeqCst);
-            std::thread::sleep(Duration::from_millis(100));
-            d.store(1, Ordering::SeqCst);
-            drop(a);
+            for k in reader_rx {
+                std::mem::forget(announce(k));
+                to_main.send(()).unwrap();
+            }
         });
-        while !inside.load(Ordering::SeqCst) {
-            std::thread::yield_now();
-        }
-        synchronize(key);
-        assert_eq!(done.load(Ordering::SeqCst), 1, "synchronize returned while a reader was inside");
+        let step = |k: usize| {
+            to_reader.send(k).unwrap();
+            main_rx.recv().unwrap();
+        };
+        step(key);
+        assert!(retire(key), "a line names the key: the mapping may still be in use");
+        assert!(!retire(key + 64), "no line names another key");
+        // The caller's own line never counts: it is not copying while it retires.
+        std::mem::forget(announce(key + 128));
+        assert!(!retire(key + 128), "the retiring thread's own line counted");
+        step(key + 64);
+        assert!(!named(key), "the reader moved on, so nothing of the key is in use");
+        assert!(named(key + 64));
+        step(key);
+        drop(to_reader);
         t.join().unwrap();
-        // Another key is not waited for.
-        let _a = announce(key + 64);
-        synchronize(key);
+        // The exited thread's line was given back (cleared).
+        assert!(!named(key), "an exited thread's line still names its last key");
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub(crate) mod core;
 pub(crate) mod cpu_mapping;
 mod fastcopy;
 mod grace;
+mod parking;
 mod registry;
 pub mod safe;
 mod slab;

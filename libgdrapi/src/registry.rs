@@ -16,7 +16,8 @@
 //!   simple to reason about;
 //! - the copy path ([`mapping_of`]) takes no lock: it validates the handle's address, announces
 //!   itself ([`crate::grace`]), and reads the mapping mirrored in the handle's slot. The control
-//!   path retracts that mirror and waits for announced copies before anything is unmapped.
+//!   path retracts that mirror, then unmaps at once if no copy can still be using the mapping, or
+//!   parks it ([`crate::parking`]).
 
 use std::cell::UnsafeCell;
 use std::ffi::c_int;
@@ -29,6 +30,7 @@ use crate::abi::MappingType;
 use crate::core::{Instance, Pin};
 use crate::cpu_mapping::CpuMapping;
 use crate::grace::{self, Announced};
+use crate::parking::{self, Exit};
 use crate::slab::{Allocator, Region, Slot, SlotIndex};
 use crate::thread_words;
 
@@ -325,20 +327,23 @@ impl Tables {
         slot.show_fast(crate::fastcopy::allowed());
     }
 
-    /// Hides `h`'s mapping from the copy paths and waits until no copy still uses it. Afterwards
-    /// the mapping may be unmapped. Returns what was published, to restore it if unmapping fails.
-    pub(crate) fn retract_mapping(&self, h: &Handle) -> Option<(CpuMapping, MappingType)> {
+    /// Hides `h`'s mapping from the copy paths. Returns what was published (to restore it if
+    /// unmapping fails) and how the range must leave ([`Exit::Parked`] while a copy may still
+    /// use it); `None` if it was not mapped. Also unmaps parked ranges that are free now.
+    pub(crate) fn retract_mapping(&self, h: &Handle) -> Option<(CpuMapping, MappingType, Exit)> {
+        parking::reclaim();
         let slot = HANDLES.get(h.index);
         slot.fast_lim.store(0, Ordering::SeqCst);
         let old = slot.state.swap(PINNED, Ordering::AcqRel);
         if bits_of(old) & MAPPED == 0 {
             return None;
         }
-        grace::synchronize(HANDLES.addr_of(h.index));
+        let key = HANDLES.addr_of(h.index);
+        let exit = if grace::retire(key) { Exit::Parked(key) } else { Exit::Now };
         // SAFETY: control mutex held.
         unsafe { (*slot.record.get()).mapping_type = MappingType::None as u32 };
         let m = CpuMapping { addr: slot.map_addr.load(Ordering::Relaxed), len: len_of(old) };
-        Some((m, type_of(old)))
+        Some((m, type_of(old), exit))
     }
 
     /// Forgets an unpinned handle. Its mapping must have been retracted.
@@ -439,8 +444,8 @@ impl Mirror {
     /// The handle's mapping address and window limit if copies may take the fast path through
     /// it; otherwise a limit of 0, inside which no range lies. Read it only while the handle is
     /// announced ([`grace`]): a non-zero limit then stays valid, and the address with it, until
-    /// the announcement is withdrawn (the control path clears the limit first and waits for
-    /// announced copies before it changes anything else).
+    /// the thread's next copy (the control path clears the limit first, and keeps the range
+    /// reserved while an announcement names the handle, [`crate::parking`]).
     #[inline(always)]
     pub(crate) fn fast_window(self) -> FastWindow {
         let slot = self.0;
@@ -541,8 +546,9 @@ mod tests {
         assert_eq!(window().lim, lim, "and the fast path comes back when they end");
 
         assert_eq!(
-            t.retract_mapping(&h).map(|(r, ty)| (r.addr, r.len, ty)),
-            Some((m.addr, m.len, MappingType::WriteCombined))
+            t.retract_mapping(&h).map(|(r, ty, exit)| (r.addr, r.len, ty, exit)),
+            Some((m.addr, m.len, MappingType::WriteCombined, Exit::Now)),
+            "no copy names the handle: unmap now"
         );
         assert_eq!(window().lim, 0, "retracted");
         t.publish_mapping(&h, m, MappingType::Caching);

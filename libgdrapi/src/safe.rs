@@ -19,6 +19,7 @@ use crate::abi::{GDR_MAP_FLAG_DEFAULT, MappingType};
 use crate::backend::{PinFacts, PinRequest};
 use crate::core::{self, Direction, Instance, Pin};
 use crate::cpu_mapping::CpuMapping;
+use crate::parking::Exit;
 
 /// An open library instance; unpins what is still pinned when dropped.
 pub struct Gdr {
@@ -109,7 +110,7 @@ impl PinnedBuffer<'_> {
 impl Drop for PinnedBuffer<'_> {
     fn drop(&mut self) {
         if self.gdr.inner.owns(&self.pin) {
-            let _ = self.gdr.inner.unpin(&self.pin);
+            let _ = self.gdr.inner.unpin(&self.pin, Exit::Now);
         }
     }
 }
@@ -165,6 +166,6 @@ impl Mapping<'_> {
 
 impl Drop for Mapping<'_> {
     fn drop(&mut self) {
-        let _ = self.buf.gdr.inner.unmap(&self.buf.pin, self.m.addr, self.size);
+        let _ = self.buf.gdr.inner.unmap(&self.buf.pin, self.m.addr, self.size, Exit::Now);
     }
 }

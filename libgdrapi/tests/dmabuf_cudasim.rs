@@ -383,6 +383,95 @@ fn dma_buf_public_copies_fast_path_exact_and_refusals() {
     cuda.free(dptr);
 }
 
+/// A mapping another thread last copied through is parked by `gdr_unmap` (that thread's
+/// announcement still names the handle: src/parking.rs) and released at the first control call
+/// after that thread copied through another handle; one only the unmapping thread copied through
+/// is unmapped at once.
+#[test]
+fn dma_buf_unmap_parks_what_another_thread_may_use() {
+    if std::env::var_os(CHILD).is_none() {
+        return run_in_child("dma_buf_unmap_parks_what_another_thread_may_use");
+    }
+    const BUF: usize = 64 << 10;
+    let cuda = Cuda::init();
+    let g = capi::gdr_open();
+    assert!(!g.is_null());
+    let map = || {
+        let dptr = cuda.alloc(BUF);
+        let mut mh = GdrMh { h: 0 };
+        // SAFETY: pointers to live locals of this test.
+        assert_eq!(unsafe { capi::gdr_pin_buffer_v2(g, dptr as _, BUF, 0, &mut mh) }, 0);
+        let mut va = std::ptr::null_mut();
+        // SAFETY: as above.
+        assert_eq!(unsafe { capi::gdr_map(g, mh, &mut va, BUF) }, 0);
+        (dptr, mh, va as usize)
+    };
+    let copy = |mh: GdrMh, va: usize| {
+        let v = 7u64;
+        // SAFETY: `v` is live; 8 bytes at the start of a live mapping.
+        assert_eq!(unsafe { capi::gdr_copy_to_mapping(mh, va as *mut c_void, (&raw const v).cast(), 8) }, 0);
+    };
+    let (a, b, c) = (map(), map(), map());
+    let mapped = |va: usize| !common::race::mappings_over(va, BUF).is_empty();
+    let anonymous = |va: usize| common::race::all_anonymous(&common::race::mappings_over(va, BUF));
+
+    // Only this thread copied through `a`: its own announcement does not hold the range.
+    copy(a.1, a.2);
+    copy(a.1, a.2);
+    if capi::fast_path_ready(a.1).is_none() {
+        eprintln!("no membarrier in this process: copies clear their announcement; parking is not tested");
+        return;
+    }
+    assert_eq!(capi::gdr_unmap(g, a.1, a.2 as *mut c_void, BUF), 0);
+    assert!(!mapped(a.2), "unmapped at once");
+    assert_eq!(capi::parked_mappings(), 0);
+
+    // Another thread copies through `b` twice (the second time on the fast path, which leaves its
+    // announcement), then waits.
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<(GdrMh, usize)>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let other = std::thread::spawn(move || {
+        for (mh, va) in go_rx {
+            copy(mh, va);
+            copy(mh, va);
+            done_tx.send(()).unwrap();
+        }
+    });
+    go_tx.send((b.1, b.2)).unwrap();
+    done_rx.recv().unwrap();
+    assert_eq!(capi::gdr_unmap(g, b.1, b.2 as *mut c_void, BUF), 0);
+    assert_eq!(capi::parked_mappings(), 1, "a thread's announcement names `b`: parked");
+    assert!(anonymous(b.2), "parked as anonymous memory: {:?}", common::race::mappings_over(b.2, BUF));
+    let mut out = [0xffu8; 8];
+    // SAFETY: `out` is live; the handle is unmapped, which the call must refuse.
+    let rc = unsafe { capi::gdr_copy_from_mapping(b.1, out.as_mut_ptr().cast(), b.2 as *const c_void, 8) };
+    assert_eq!(rc, libc::EINVAL, "a copy through the unmapped handle");
+    assert_eq!(capi::gdr_unpin_buffer(g, b.1), 0);
+    assert_eq!(capi::parked_mappings(), 1, "still named: still parked");
+
+    // The other thread moves on to `c`; the next control call releases `b`'s range.
+    go_tx.send((c.1, c.2)).unwrap();
+    done_rx.recv().unwrap();
+    assert!(mapped(b.2), "released only by a control call");
+    assert_eq!(capi::gdr_unpin_buffer(g, a.1), 0);
+    assert_eq!(capi::parked_mappings(), 0, "nothing names `b` any more");
+    assert!(!mapped(b.2), "the parked range is unmapped");
+
+    // `c` is named by the other thread when the instance closes: parked, then released once the
+    // thread has exited (its line is given back) at the next close.
+    assert_eq!(capi::gdr_close(g), 0);
+    assert_eq!(capi::parked_mappings(), 1, "the close parked `c`");
+    drop(go_tx);
+    other.join().unwrap();
+    let g2 = capi::gdr_open();
+    assert_eq!(capi::gdr_close(g2), 0);
+    assert_eq!(capi::parked_mappings(), 0, "released after the thread exited");
+    assert!(!mapped(c.2));
+    for (dptr, _, _) in [a, b, c] {
+        cuda.free(dptr);
+    }
+}
+
 impl common::race::Gpu for Cuda {
     fn alloc(&self, len: usize) -> u64 {
         let p = Cuda::alloc(self, len);

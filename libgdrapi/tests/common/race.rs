@@ -2,12 +2,14 @@
 //! re-pin and close, and (where the backend has them) GPU frees fire invalidation callbacks.
 //!
 //! What must hold: every copy returns 0 or EINVAL, none faults, and none touches a virtual range
-//! after `gdr_unmap` returned. The last is checked with canaries: right after an unmap the
-//! control thread maps anonymous memory at the very address that was unmapped
-//! (`MAP_FIXED_NOREPLACE`, which also proves the range really was free) and fills it with
+//! after the library let it go. Right after `gdr_unmap` the range must be either free or parked
+//! (anonymous memory the library still holds because a copy may be using it, see
+//! src/parking.rs), never still the device mapping; the thread then checks the ranges parked
+//! earlier, and each range it finds free gets a canary: anonymous memory mapped at that very
+//! address (`MAP_FIXED_NOREPLACE`, which also proves the range really was free) and filled with
 //! [`CANARY`]. A late store would change a canary; a late load would bring a canary byte back,
 //! which copies into the GPU never write ([`STORE_BYTE`]) and the GPU memory never holds
-//! ([`GPU_BYTE`]).
+//! ([`GPU_BYTE`]). A run must see both kinds (ranges freed at once and parked ones).
 //!
 //! Copiers read the shared table without any lock, so they use stale and mixed (handle, address)
 //! pairs all the time, exactly what the library must survive.
@@ -56,6 +58,7 @@ pub struct Stats {
     pub copies_ok: u64,
     pub copies_einval: u64,
     pub unmaps: u64,
+    pub parked: u64,
     pub closes: u64,
     pub invalidations: u64,
 }
@@ -65,9 +68,9 @@ struct Canary {
     len: usize,
 }
 
-fn map_canary(addr: usize, len: usize) -> Canary {
-    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping: it fails instead, which is
-    // what the test asserts (the range must be free right after gdr_unmap).
+/// A canary at `[addr, addr + len)` if that range is free, else `None`.
+fn map_canary(addr: usize, len: usize) -> Option<Canary> {
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping: it fails instead.
     let p = unsafe {
         libc::mmap(
             addr as *mut c_void,
@@ -78,11 +81,36 @@ fn map_canary(addr: usize, len: usize) -> Canary {
             0,
         )
     };
-    assert_ne!(p, libc::MAP_FAILED, "the range {addr:#x}+{len:#x} is still mapped after gdr_unmap returned");
+    if p == libc::MAP_FAILED {
+        assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EEXIST), "canary mmap");
+        return None;
+    }
     assert_eq!(p as usize, addr, "kernel without MAP_FIXED_NOREPLACE placed the canary elsewhere");
     // SAFETY: our fresh private mapping of len bytes.
     unsafe { std::ptr::write_bytes(p.cast::<u8>(), CANARY, len) };
-    Canary { addr, len }
+    Some(Canary { addr, len })
+}
+
+/// The `/proc/self/maps` lines that overlap `[addr, addr + len)`.
+pub fn mappings_over(addr: usize, len: usize) -> Vec<String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
+    maps.lines()
+        .filter(|l| {
+            let range = l.split_whitespace().next().unwrap_or("");
+            let (a, b) = range.split_once('-').unwrap_or(("0", "0"));
+            let (a, b) = (usize::from_str_radix(a, 16).unwrap(), usize::from_str_radix(b, 16).unwrap());
+            a < addr + len && addr < b
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether every line is private anonymous read-write memory (inode 0, no path): a parked range.
+pub fn all_anonymous(lines: &[String]) -> bool {
+    lines.iter().all(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() == 5 && f[1] == "rw-p" && f[4] == "0"
+    })
 }
 
 fn check_and_drop_canary(c: Canary) {
@@ -191,6 +219,7 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
                 let _stop = StopOnExit(stop);
                 let mut rng = Rng::new(77);
                 let mut canaries: Vec<Canary> = Vec::with_capacity(16);
+                let mut parked: Vec<(usize, usize)> = Vec::new();
                 started.wait();
                 while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
                     let gg = g.load(Ordering::Relaxed) as GdrT;
@@ -214,12 +243,25 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
                     let (va, len) = (e.va.load(Ordering::Relaxed), e.len.load(Ordering::Relaxed));
                     let held = va_lock.lock().unwrap();
                     assert_eq!(capi::gdr_unmap(gg, mh, va as *mut c_void, len), 0, "unmap");
-                    canaries.push(map_canary(va, len));
+                    if let Some(c) = map_canary(va, len) {
+                        canaries.push(c);
+                    } else {
+                        let over = mappings_over(va, len);
+                        assert!(
+                            all_anonymous(&over),
+                            "after gdr_unmap the range {va:#x}+{len:#x} is neither free nor parked: {over:?}"
+                        );
+                        parked.push((va, len));
+                        stats.lock().unwrap().parked += 1;
+                    }
+                    // Ranges parked earlier that the library has let go since get canaries too
+                    // (one still taken is still parked, or went to a later mapping: both fine).
+                    parked.retain(|&(a, l)| map_canary(a, l).map(|c| canaries.push(c)).is_none());
                     drop(held);
                     assert_eq!(capi::gdr_unpin_buffer(gg, mh), 0, "unpin");
                     publish(gg, gpu_bufs[i], e);
                     stats.lock().unwrap().unmaps += 1;
-                    if canaries.len() > 8 {
+                    while canaries.len() > 8 {
                         check_and_drop_canary(canaries.remove(0));
                     }
                 }
@@ -283,6 +325,17 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
     assert!(st.copies_ok > 0, "no copy succeeded: the race was not exercised");
     assert!(st.copies_einval > 0, "no copy met a retracted mapping: the race was not exercised");
     assert!(st.unmaps > 0 && st.closes > 0, "the control thread did not unmap and close");
+    assert!(st.parked > 0, "no unmap met a copy in flight (nothing parked): the race was not exercised");
+    assert!(st.parked < st.unmaps, "every unmap was parked: the unmap-at-once path was not exercised");
+    // The copiers have exited. Their lines are given back by thread-exit destructors, which may
+    // run a moment after the scope saw the threads finish; every control call then releases what
+    // is no longer named.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while capi::parked_mappings() != 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        assert_eq!(capi::gdr_close(open()), 0);
+    }
+    assert_eq!(capi::parked_mappings(), 0, "parked ranges left after every copier exited");
     if free_callbacks {
         assert!(st.invalidations > 0, "no free callback was observed");
     }

@@ -1,0 +1,80 @@
+//! Removing a mapping that a copy in another thread may still be touching.
+//!
+//! After a mapping is retracted ([`crate::registry`]), [`crate::grace::retire`] says whether any
+//! thread's line still names its handle. Usually none does and the range is unmapped at once. If
+//! one does, that thread may be in the middle of a copy into the range, or may have finished its
+//! last copy through the handle long ago: the fast copy path leaves its announcement in place to
+//! save a store, so the two cannot be told apart, and waiting could wait forever. Instead the
+//! range is parked: replaced in one step by anonymous memory, so the device memory behind it is
+//! released from the range (and may be unpinned and freed) while the addresses stay ours. A copy
+//! still under way then reads zeros or writes into memory nobody reads, exactly as if it had run
+//! a moment before the unmap, never into a range that may belong to someone else. A parked range
+//! is unmapped once no line names its handle any more (checked at every later retraction and at
+//! `gdr_close`), which happens at the named thread's next copy or at its exit.
+//!
+//! How many ranges can be parked: one per retraction that found its handle named, until the
+//! named threads copy again. A thread names one handle at a time, so only a handle unmapped again
+//! and again while some thread that last copied through it stays idle accumulates ranges; each is
+//! address space and a VMA, not memory (anonymous, never touched but by a racing copy).
+
+use std::sync::Mutex;
+
+use gpudirect_common::Result;
+
+use crate::cpu_mapping::{self, CpuMapping};
+use crate::grace;
+
+/// How a retracted mapping leaves the address space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// No copy can be touching it: unmap it now.
+    Now,
+    /// A line names this handle (key): park the range until none does.
+    Parked(usize),
+}
+
+struct Parked {
+    key: usize,
+    range: CpuMapping,
+}
+
+/// Parked ranges. Taken only under the control lock (so never held across `fork`).
+static PARKED: Mutex<Vec<Parked>> = Mutex::new(Vec::new());
+
+fn parked() -> std::sync::MutexGuard<'static, Vec<Parked>> {
+    PARKED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Removes `m` from the address space as `exit` says.
+pub(crate) fn remove(m: CpuMapping, exit: Exit) -> Result<()> {
+    match exit {
+        Exit::Now => cpu_mapping::unmap(m.addr, m.len),
+        Exit::Parked(key) => {
+            cpu_mapping::replace_with_anonymous(m.addr, m.len).inspect_err(|e| {
+                gdr_err!("cannot park the mapping [{:#x}, +{:#x}) of a handle in use by a copy: {e}", m.addr, m.len)
+            })?;
+            gdr_dbg!("parked the mapping [{:#x}, +{:#x}) until no copy names handle {key:#x}", m.addr, m.len);
+            parked().push(Parked { key, range: m });
+            Ok(())
+        }
+    }
+}
+
+/// Unmaps every parked range whose handle no line names any more.
+pub(crate) fn reclaim() {
+    parked().retain(|p| {
+        if grace::named(p.key) {
+            return true;
+        }
+        if let Err(e) = cpu_mapping::unmap(p.range.addr, p.range.len) {
+            gdr_err!("cannot unmap the parked range [{:#x}, +{:#x}): {e}", p.range.addr, p.range.len);
+        }
+        false
+    });
+}
+
+/// The number of parked ranges (for tests).
+#[doc(hidden)]
+pub fn parked_count() -> usize {
+    parked().len()
+}
