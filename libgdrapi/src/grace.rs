@@ -236,6 +236,22 @@ pub(crate) fn named(key: usize) -> bool {
     false
 }
 
+/// In a child process right after `fork`: every line but this thread's belongs to a thread that
+/// was not copied into the child, so it is cleared and given back.
+pub(crate) fn forget_other_threads() {
+    let own = mine();
+    let mut p = READERS.load(Ordering::Acquire).cast_const();
+    while !p.is_null() {
+        // SAFETY: lines are leaked, so every pointer in the list stays valid.
+        let r = unsafe { &*p };
+        if p != own {
+            r.active.store(0, Ordering::Relaxed);
+            r.claimed.store(false, Ordering::Release);
+        }
+        p = r.next;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

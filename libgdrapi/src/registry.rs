@@ -190,11 +190,18 @@ fn lock_across_fork() {
     extern "C" fn release() {
         HELD_FOR_FORK.with(|h| drop(h.borrow_mut().take()));
     }
+    extern "C" fn child() {
+        // The other threads' lines name what they last copied through, and those threads do not
+        // exist here: left alone, they would keep every such mapping parked in the child.
+        grace::forget_other_threads();
+        release();
+    }
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         // SAFETY: the handlers are plain functions of this library that only take or drop the
-        // control lock; glibc unregisters them when the library is unloaded.
-        let r = unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(release)) };
+        // control lock and (in the child) clear grace lines; glibc unregisters them when the
+        // library is unloaded.
+        let r = unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(child)) };
         if r != 0 {
             gdr_warn!("pthread_atfork failed ({r}): a fork during a control call may hang the child");
         }

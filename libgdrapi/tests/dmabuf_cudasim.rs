@@ -439,6 +439,23 @@ fn dma_buf_unmap_parks_what_another_thread_may_use() {
     });
     go_tx.send((b.1, b.2)).unwrap();
     done_rx.recv().unwrap();
+    // A fork child has no such thread: its copy of the line is forgotten, so the child's unmap of
+    // `b` is immediate.
+    // SAFETY: the child only makes library calls and reads /proc, then leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        let ok = capi::gdr_unmap(g, b.1, b.2 as *mut c_void, BUF) == 0 && capi::parked_mappings() == 0 && !mapped(b.2);
+        // SAFETY: leaves the child at once, running nothing of the parent's test harness.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "in a fork child, a line of a thread the child does not have still held a mapping ({status:#x})"
+    );
     assert_eq!(capi::gdr_unmap(g, b.1, b.2 as *mut c_void, BUF), 0);
     assert_eq!(capi::parked_mappings(), 1, "a thread's announcement names `b`: parked");
     assert!(anonymous(b.2), "parked as anonymous memory: {:?}", common::race::mappings_over(b.2, BUF));
