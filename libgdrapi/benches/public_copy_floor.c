@@ -7,7 +7,9 @@
 //   +checks    plus the library's checks: the handle against the thread's words, the window, the
 //              host pointer
 //   +announce  plus the grace-period announcement: the handle stored to the thread's line before
-//              the access, 0 after the fence (what the copy/unmap safety promise costs)
+//              the access and left there (what the copy/unmap safety promise costs; see
+//              src/parking.rs for why no second store is needed)
+//   +clear     the design before that: also 0 stored to the line after the fence
 //   library    the library's gdr_copy_from_mapping / gdr_copy_to_mapping
 //
 // The models lay out their data as the library does (a 24-byte initial-exec TLS block, 128-byte
@@ -66,7 +68,8 @@ static inline __attribute__((always_inline)) void access1(int to, char *dev, cha
 #undef ONE
 }
 
-// `level` 0: call, 1: +checks, 2: +announce; `to`: direction. Both are constants in each wrapper.
+// `level` 0: call, 1: +checks, 2: +announce, 3: +clear; `to`: direction. Both are constants in
+// each wrapper.
 static inline __attribute__((always_inline)) int model(int level, int to, gdr_mh_t mh, char *dev, char *hst,
                                                         size_t n) {
     volatile uintptr_t *line = NULL;
@@ -83,7 +86,7 @@ static inline __attribute__((always_inline)) int model(int level, int to, gdr_mh
         }
         const struct slot *s = (const struct slot *)mh.h;
         if (__builtin_expect(!hst || (uintptr_t)dev - s->addr >= s->lim, 0)) {
-            if (level >= 2)
+            if (level >= 3)
                 *line = 0;
             return general();
         }
@@ -91,11 +94,11 @@ static inline __attribute__((always_inline)) int model(int level, int to, gdr_mh
     if (__builtin_expect(n - 1 < 8 && !((n | (uintptr_t)dev) & (n - 1)), 1)) {
         access1(to, dev, hst, n);
         __builtin_ia32_sfence();
-        if (level >= 2)
+        if (level >= 3)
             *line = 0;
         return 0;
     }
-    if (level >= 2)
+    if (level >= 3)
         *line = 0;
     return general();
 }
@@ -110,9 +113,10 @@ static inline __attribute__((always_inline)) int model(int level, int to, gdr_mh
 WRAP(call, 0)
 WRAP(checks, 1)
 WRAP(announce, 2)
+WRAP(clear, 3)
 
-enum { INLINE, CALL, CHECKS, ANNOUNCE, LIBRARY, VARIANTS };
-static const char *names[VARIANTS] = { "inline", "call", "+checks", "+announce", "library" };
+enum { INLINE, CALL, CHECKS, ANNOUNCE, CLEAR, LIBRARY, VARIANTS };
+static const char *names[VARIANTS] = { "inline", "call", "+checks", "+announce", "+clear", "library" };
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -127,8 +131,8 @@ int main(int argc, char **argv) {
     slots[5].lim = 65536 - 7;
     gdr_mh_t model_mh = { (uintptr_t)&slots[5] };
     copy_fn fns[2][VARIANTS] = {
-        { NULL, call_from, checks_from, announce_from, lib.from },
-        { NULL, call_to, checks_to, announce_to, lib.to },
+        { NULL, call_from, checks_from, announce_from, clear_from, lib.from },
+        { NULL, call_to, checks_to, announce_to, clear_to, lib.to },
     };
     enum { R = 9 };
     long iters = argc > 2 ? atol(argv[2]) : 2000000;
@@ -176,7 +180,7 @@ int main(int argc, char **argv) {
     printf("%-9s", "");
     for (int v = 0; v < VARIANTS; v++)
         printf(" %9s", names[v]);
-    printf("   library-call  +announce-+checks  library-+announce\n");
+    printf("   library-call  +announce-+checks  +clear-+announce  library-+announce\n");
     for (int dir = 0; dir < 2; dir++)
         for (int s = 0; s < 4; s++) {
             double m[VARIANTS];
@@ -185,8 +189,8 @@ int main(int argc, char **argv) {
             printf("%s %d B", dir ? "to  " : "from", sizes[s]);
             for (int v = 0; v < VARIANTS; v++)
                 printf(" %9.2f", m[v]);
-            printf("   %+12.2f  %+17.2f  %+17.2f\n", m[LIBRARY] - m[CALL], m[ANNOUNCE] - m[CHECKS],
-                   m[LIBRARY] - m[ANNOUNCE]);
+            printf("   %+12.2f  %+17.2f  %+16.2f  %+17.2f\n", m[LIBRARY] - m[CALL], m[ANNOUNCE] - m[CHECKS],
+                   m[CLEAR] - m[ANNOUNCE], m[LIBRARY] - m[ANNOUNCE]);
         }
     return 0;
 }
