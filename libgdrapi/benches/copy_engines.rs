@@ -23,7 +23,6 @@
 
 use gdrapi::copy::{self, Direction, Engine, MappingKind};
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_ulong, c_void};
-use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 // ------------------------------------------------------------------------------------------------
@@ -416,50 +415,132 @@ impl Method {
         }
     }
 
-    /// One call, as a library user would make it (copy, then the fence `gdr_copy_*` issues).
+    /// `iters` calls, as a library user makes them in a loop (copy, then the fence `gdr_copy_*`
+    /// issues). The method is chosen once, outside the loop, so each loop holds nothing but its
+    /// own copy: the dispatcher inlined, the engines and C-call columns one call each, like a C
+    /// consumer's loop around `gdr_copy_*` (public_copy_floor.c has the same shape). Pointers and
+    /// length pass through [`opaque`] every iteration, so no check can be hoisted out of a loop.
     ///
     /// # Safety
     /// `dev` and `host` are valid for `len` + 64 bytes, disjoint, and page aligned.
     #[inline(never)]
-    unsafe fn call(&self, dir: Direction, dev: *mut u8, host: *mut u8, len: usize) {
-        let (dev, host) = (black_box(dev), black_box(host));
-        // SAFETY: forwarded contract; engines are only called with `usable` lengths on page-aligned
-        // device pointers; the offsets of Dispatch stay inside the 64 bytes of slack.
-        unsafe {
-            match (self, dir) {
-                (Method::Memcpy, Direction::ToDevice) => std::ptr::copy_nonoverlapping(host, dev, len),
-                (Method::Memcpy, Direction::FromDevice) => std::ptr::copy_nonoverlapping(dev, host, len),
-                (Method::Dispatch { dev_off, host_off }, Direction::ToDevice) => {
-                    copy::copy_to_mapping(MappingKind::WriteCombined, dev.add(*dev_off), host.add(*host_off), len);
+    unsafe fn run(&self, dir: Direction, dev: *mut u8, host: *mut u8, len: usize, iters: usize) {
+        // Every unsafe block below: the forwarded contract; engines are only called with `usable`
+        // lengths on page-aligned device pointers; the offsets of Dispatch stay inside the 64
+        // bytes of slack.
+        match (self, dir) {
+            (Method::Memcpy, Direction::ToDevice) => {
+                for _ in 0..iters {
+                    // SAFETY: as said at the top of `run`.
+                    unsafe { std::ptr::copy_nonoverlapping(opaque(host), opaque(dev), opaque(len)) };
+                }
+            }
+            (Method::Memcpy, Direction::FromDevice) => {
+                for _ in 0..iters {
+                    // SAFETY: as said at the top of `run`.
+                    unsafe { std::ptr::copy_nonoverlapping(opaque(dev), opaque(host), opaque(len)) };
+                }
+            }
+            (Method::Dispatch { dev_off, host_off }, Direction::ToDevice) => {
+                // SAFETY: as said at the top of `run`.
+                let (dev, host) = unsafe { (dev.add(*dev_off), host.add(*host_off)) };
+                for _ in 0..iters {
+                    // SAFETY: as said at the top of `run`.
+                    unsafe {
+                        copy::copy_to_mapping(MappingKind::WriteCombined, opaque(dev), opaque(host), opaque(len))
+                    };
                     copy::store_fence();
                 }
-                (Method::Dispatch { dev_off, host_off }, Direction::FromDevice) => {
-                    copy::copy_from_mapping(MappingKind::WriteCombined, host.add(*host_off), dev.add(*dev_off), len);
+            }
+            (Method::Dispatch { dev_off, host_off }, Direction::FromDevice) => {
+                // SAFETY: as said at the top of `run`.
+                let (dev, host) = unsafe { (dev.add(*dev_off), host.add(*host_off)) };
+                for _ in 0..iters {
+                    // SAFETY: as said at the top of `run`.
+                    unsafe {
+                        copy::copy_from_mapping(MappingKind::WriteCombined, opaque(host), opaque(dev), opaque(len))
+                    };
                     copy::store_fence();
                 }
-                (Method::Engine(e), Direction::ToDevice) => {
-                    (e.f)(dev, host, len);
+            }
+            (Method::Engine(e), Direction::ToDevice) => {
+                for _ in 0..iters {
+                    // SAFETY: as said at the top of `run`.
+                    unsafe { (e.f)(opaque(dev), opaque(host), opaque(len)) };
                     copy::store_fence();
                 }
-                (Method::Engine(e), Direction::FromDevice) => {
-                    (e.f)(host, dev, len);
+            }
+            (Method::Engine(e), Direction::FromDevice) => {
+                for _ in 0..iters {
+                    // SAFETY: as said at the top of `run`.
+                    unsafe { (e.f)(opaque(host), opaque(dev), opaque(len)) };
                     copy::store_fence();
                 }
-                (Method::DispatchCalled, Direction::ToDevice) => {
-                    (dispatch_called().0)(GdrMh { h: 0 }, dev.cast(), host.cast(), len);
+            }
+            (Method::DispatchCalled, Direction::ToDevice) => {
+                let f = dispatch_called().0;
+                for _ in 0..iters {
+                    // SAFETY: as said at the top of `run`.
+                    unsafe { f(GdrMh { h: 0 }, opaque(dev).cast(), opaque(host).cast(), opaque(len)) };
                 }
-                (Method::DispatchCalled, Direction::FromDevice) => {
-                    (dispatch_called().1)(GdrMh { h: 0 }, host.cast(), dev.cast(), len);
+            }
+            (Method::DispatchCalled, Direction::FromDevice) => {
+                let f = dispatch_called().1;
+                for _ in 0..iters {
+                    // SAFETY: as said at the top of `run`.
+                    unsafe { f(GdrMh { h: 0 }, opaque(host).cast(), opaque(dev).cast(), opaque(len)) };
                 }
-                // `dev` is our mapping; the library copies at the same offset of its own mapping.
-                (Method::Public { m, .. }, Direction::ToDevice) => {
-                    (m.copy_to)(m.mh, m.bar.cast(), host.cast(), len);
+            }
+            // `dev` is our mapping; the library copies at the same offset of its own mapping.
+            (Method::Public { m, .. }, Direction::ToDevice) => {
+                for _ in 0..iters {
+                    // SAFETY: as said at the top of `run`.
+                    unsafe { (m.copy_to)(m.mh, opaque(m.bar).cast(), opaque(host).cast(), opaque(len)) };
                 }
-                (Method::Public { m, .. }, Direction::FromDevice) => {
-                    (m.copy_from)(m.mh, host.cast(), m.bar.cast(), len);
+            }
+            (Method::Public { m, .. }, Direction::FromDevice) => {
+                for _ in 0..iters {
+                    // SAFETY: as said at the top of `run`.
+                    unsafe { (m.copy_from)(m.mh, opaque(host).cast(), opaque(m.bar).cast(), opaque(len)) };
                 }
             }
         }
+    }
+}
+
+/// `x`, unknown to the optimiser, in a register (`black_box` would go through the stack): each
+/// iteration of a timing loop then works on a value the compiler cannot prove loop-invariant.
+#[inline(always)]
+fn opaque<T: OpaqueWord>(x: T) -> T {
+    x.opaque()
+}
+
+/// Values [`opaque`] takes: one machine word.
+trait OpaqueWord: Copy {
+    fn opaque(self) -> Self;
+}
+
+impl OpaqueWord for usize {
+    #[inline(always)]
+    fn opaque(self) -> usize {
+        let mut x = self;
+        // SAFETY: an empty template: the register is declared read and written, nothing else.
+        unsafe { std::arch::asm!("/* {0} */", inout(reg) x, options(nomem, nostack, preserves_flags)) };
+        x
+    }
+}
+
+impl<T> OpaqueWord for *mut T {
+    #[inline(always)]
+    fn opaque(self) -> *mut T {
+        (self as usize).opaque() as *mut T
+    }
+}
+
+impl<T> OpaqueWord for *const T {
+    #[inline(always)]
+    fn opaque(self) -> *const T {
+        (self as usize).opaque() as *const T
     }
 }
 
@@ -516,7 +597,7 @@ fn measure(m: &Method, dir: Direction, dev: *mut u8, host: *mut u8, len: usize, 
     let once = || {
         let s = Instant::now();
         // SAFETY: the caller passes buffers sized for the largest length + slack.
-        unsafe { m.call(dir, dev, host, len) };
+        unsafe { m.run(dir, dev, host, len, 1) };
         s.elapsed()
     };
     once(); // warm-up: page in, fill caches/TLB, resolve lazily bound symbols
@@ -531,10 +612,8 @@ fn measure(m: &Method, dir: Direction, dev: *mut u8, host: *mut u8, len: usize, 
     let mut gbs: Vec<f64> = (0..samples)
         .map(|_| {
             let s = Instant::now();
-            for _ in 0..iters {
-                // SAFETY: as in `once`.
-                unsafe { m.call(dir, dev, host, len) };
-            }
+            // SAFETY: as in `once`.
+            unsafe { m.run(dir, dev, host, len, iters) };
             (len * iters) as f64 / s.elapsed().as_nanos().max(1) as f64
         })
         .collect();
@@ -607,10 +686,8 @@ fn paired(a: &Method, b: &Method, len: usize, on: &PairedOn<'_>) -> Stat {
     let (dir, dev, host, t) = (on.dir, on.dev, on.host, on.t);
     let block = |m: &Method, iters: usize| {
         let s = Instant::now();
-        for _ in 0..iters {
-            // SAFETY: the caller passes buffers sized for the largest length + slack.
-            unsafe { m.call(dir, dev, host, len) };
-        }
+        // SAFETY: the caller passes buffers sized for the largest length + slack.
+        unsafe { m.run(dir, dev, host, len, iters) };
         s.elapsed().as_nanos() as f64 / iters as f64
     };
     block(a, 16);
@@ -687,15 +764,13 @@ fn run_threads(maps: &[BarMapping], n: usize, public: bool, dir: Direction, len:
                         Method::Dispatch { dev_off: 0, host_off: 0 }
                     };
                     // SAFETY: the mapping and host buffer hold len + 64 bytes.
-                    unsafe { method.call(dir, m.bar, host.p, len) };
+                    unsafe { method.run(dir, m.bar, host.p, len, 1) };
                     barrier.wait();
                     let start = Instant::now();
                     let mut calls = 0u64;
                     while start.elapsed() < dur {
-                        for _ in 0..256 {
-                            // SAFETY: as above.
-                            unsafe { method.call(dir, m.bar, host.p, len) };
-                        }
+                        // SAFETY: as above.
+                        unsafe { method.run(dir, m.bar, host.p, len, 256) };
                         calls += 256;
                     }
                     calls as f64 / start.elapsed().as_secs_f64()
