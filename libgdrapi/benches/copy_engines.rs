@@ -558,7 +558,7 @@ fn dispatch_called() -> (CopyFn, CopyFn) {
 /// The dispatcher for WC plus the store fence, called as `gdr_copy_to_mapping` is.
 ///
 /// # Safety
-/// As `Method::call`.
+/// As `Method::run`.
 #[inline(never)]
 unsafe extern "C" fn dispatch_to_called(_h: GdrMh, dev: *mut c_void, host: *const c_void, n: usize) -> c_int {
     // SAFETY: forwarded contract.
@@ -570,7 +570,7 @@ unsafe extern "C" fn dispatch_to_called(_h: GdrMh, dev: *mut c_void, host: *cons
 /// The dispatcher for WC plus the store fence, called as `gdr_copy_from_mapping` is.
 ///
 /// # Safety
-/// As `Method::call`.
+/// As `Method::run`.
 #[inline(never)]
 unsafe extern "C" fn dispatch_from_called(_h: GdrMh, host: *mut c_void, dev: *const c_void, n: usize) -> c_int {
     // SAFETY: forwarded contract.
