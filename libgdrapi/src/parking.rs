@@ -50,9 +50,18 @@ pub(crate) fn remove(m: CpuMapping, exit: Exit) -> Result<()> {
     match exit {
         Exit::Now => cpu_mapping::unmap(m.addr, m.len),
         Exit::Parked(key) => {
-            cpu_mapping::replace_with_anonymous(m.addr, m.len).inspect_err(|e| {
-                gdr_err!("cannot park the mapping [{:#x}, +{:#x}) of a handle in use by a copy: {e}", m.addr, m.len)
-            })?;
+            if let Err(e) = cpu_mapping::replace_with_anonymous(m.addr, m.len) {
+                // A failed MAP_FIXED may already have removed the old mapping, so the range cannot
+                // be handed back as it was: unmap it (what the caller asked for) and say that a
+                // copy racing this call may fault.
+                gdr_err!(
+                    "cannot park the mapping [{:#x}, +{:#x}) of handle {key:#x} ({e}): unmapping it while a copy \
+                     may still use it",
+                    m.addr,
+                    m.len
+                );
+                return cpu_mapping::unmap(m.addr, m.len);
+            }
             gdr_dbg!("parked the mapping [{:#x}, +{:#x}) until no copy names handle {key:#x}", m.addr, m.len);
             parked().push(Parked { key, range: m });
             Ok(())

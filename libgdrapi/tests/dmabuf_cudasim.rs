@@ -306,6 +306,19 @@ fn dma_buf_many_threads_one_instance() {
     }
 }
 
+/// A fresh allocation of `len` bytes, pinned and mapped through the C ABI: (device address,
+/// handle, mapping address).
+fn pin_and_map(cuda: &Cuda, g: capi::GdrT, len: usize) -> (u64, GdrMh, usize) {
+    let dptr = cuda.alloc(len);
+    let mut mh = GdrMh { h: 0 };
+    // SAFETY: pointers to live locals of this function.
+    assert_eq!(unsafe { capi::gdr_pin_buffer_v2(g, dptr as _, len, 0, &mut mh) }, 0);
+    let mut va = std::ptr::null_mut();
+    // SAFETY: as above.
+    assert_eq!(unsafe { capi::gdr_map(g, mh, &mut va, len) }, 0);
+    (dptr, mh, va as usize)
+}
+
 /// The public copy calls after a thread's first copy (their lock-free fast path from then on):
 /// every device offset in a line and sizes around every access width, both directions, against
 /// what the "GPU" sees, with the bytes around each range left alone; then every refusal the fast
@@ -319,13 +332,8 @@ fn dma_buf_public_copies_fast_path_exact_and_refusals() {
     let cuda = Cuda::init();
     let g = capi::gdr_open();
     assert!(!g.is_null());
-    let dptr = cuda.alloc(BUF);
-    let mut mh = GdrMh { h: 0 };
-    // SAFETY: pointers to live locals/buffers of this test, or the NULL/stale values it checks are refused.
-    assert_eq!(unsafe { capi::gdr_pin_buffer_v2(g, dptr as _, BUF, 0, &mut mh) }, 0);
-    let mut va = std::ptr::null_mut();
-    // SAFETY: as above.
-    assert_eq!(unsafe { capi::gdr_map(g, mh, &mut va, BUF) }, 0);
+    let (dptr, mh, va) = pin_and_map(&cuda, g, BUF);
+    let va = va as *mut c_void;
     let to = |off: usize, data: &[u8]| {
         // SAFETY: `data` is live; the device range is checked by the call itself.
         unsafe { capi::gdr_copy_to_mapping(mh, va.cast::<u8>().add(off).cast(), data.as_ptr().cast(), data.len()) }
@@ -396,16 +404,7 @@ fn dma_buf_unmap_parks_what_another_thread_may_use() {
     let cuda = Cuda::init();
     let g = capi::gdr_open();
     assert!(!g.is_null());
-    let map = || {
-        let dptr = cuda.alloc(BUF);
-        let mut mh = GdrMh { h: 0 };
-        // SAFETY: pointers to live locals of this test.
-        assert_eq!(unsafe { capi::gdr_pin_buffer_v2(g, dptr as _, BUF, 0, &mut mh) }, 0);
-        let mut va = std::ptr::null_mut();
-        // SAFETY: as above.
-        assert_eq!(unsafe { capi::gdr_map(g, mh, &mut va, BUF) }, 0);
-        (dptr, mh, va as usize)
-    };
+    let map = || pin_and_map(&cuda, g, BUF);
     let copy = |mh: GdrMh, va: usize| {
         let v = 7u64;
         // SAFETY: `v` is live; 8 bytes at the start of a live mapping.
