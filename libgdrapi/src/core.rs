@@ -2,8 +2,10 @@
 //!
 //! Thread safety (upstream is not thread-safe; we are): an instance's pin list is behind a mutex;
 //! each pin's mapping state is behind a read-write lock that copies hold for reading while they
-//! touch the mapping, so an unmap or unpin in another thread waits for in-flight copies instead of
-//! pulling the mapping out from under them.
+//! touch the mapping ([`copy`], the Rust API's path), so an unmap or unpin in another thread waits
+//! for in-flight copies instead of pulling the mapping out from under them. The C ABI's copies
+//! take no lock: they announce themselves instead, and unmapping parks what they may still use
+//! (`grace.rs`, `parking.rs`); the control path passes that decision in as an [`Exit`].
 
 use std::sync::{Arc, Mutex, RwLock};
 
