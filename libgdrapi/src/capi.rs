@@ -63,6 +63,7 @@ pub extern "C" fn gdr_open() -> GdrT {
 fn unpin_one(t: &mut Tables, instance_key: usize, h: Handle) -> Result<()> {
     let exit = t.retract_mapping(&h).map_or(Exit::Now, |(_, _, exit)| exit);
     let result = t.instance(instance_key)?.unpin(&h.pin, exit);
+    parking::orphan(h.key());
     t.remove_handle(h);
     result
 }
@@ -212,7 +213,14 @@ pub unsafe extern "C" fn gdr_map_v2(
         let va = out(ptr_va, "va")?;
         let t = registry::control();
         let h = t.handle(g as usize, handle.h as usize)?;
-        let m = t.instance(g as usize)?.map(&h.pin, size, flags)?;
+        // A range parked by this handle's last unmap is taken again if the lengths agree.
+        let key = h.key();
+        let mut reuse = parking::take_for_remap(key);
+        let mapped = t.instance(g as usize).and_then(|i| i.map(&h.pin, size, flags, &mut reuse));
+        if let Some(r) = reuse {
+            parking::put_back(key, r);
+        }
+        let m = mapped?;
         if let Some((m, ty)) = h.pin.mapping() {
             t.publish_mapping(&h, m, ty);
         }

@@ -261,8 +261,17 @@ impl Instance {
         }
     }
 
-    /// Maps a pinned buffer into the CPU (`gdr_map[_v2]`).
-    pub fn map(&self, pin: &Arc<Pin>, size: usize, flags: i32) -> Result<CpuMapping> {
+    /// Maps a pinned buffer into the CPU (`gdr_map[_v2]`). `reuse` may hold this pin's parked
+    /// range ([`parking::take_for_remap`]); if it has the new mapping's length the mapping is
+    /// placed on it and it is taken; otherwise, or if mapping fails, it is left there, still
+    /// anonymous, for the caller to put back.
+    pub(crate) fn map(
+        &self,
+        pin: &Arc<Pin>,
+        size: usize,
+        flags: i32,
+        reuse: &mut Option<CpuMapping>,
+    ) -> Result<CpuMapping> {
         let mut state = pin.write_state();
         if state.unpinned {
             return Err(Errno::EINVAL);
@@ -282,9 +291,10 @@ impl Instance {
             }
         };
         let len = self.page.round_up(size).ok_or(Errno::EINVAL)?;
+        let at = reuse.filter(|r| r.len == len).map(|r| r.addr);
         let (m, t) = match (&self.backend, &pin.backend) {
             (Backend::Gdrdrv(d), PinBackend::Gdrdrv { handle }) => {
-                let m = d.map(*handle, len, requested, self.page)?;
+                let m = d.map(*handle, len, requested, self.page, at)?;
                 let t = match d.info(*handle) {
                     Ok(f) if f.mapping_type == MappingType::None => Err(Errno::EAGAIN),
                     Ok(f) if requested != MappingType::None && f.mapping_type != requested => {
@@ -297,7 +307,7 @@ impl Instance {
                 match t {
                     Ok(t) => (m, t),
                     Err(e) => {
-                        let _ = cpu_mapping::unmap(m.addr, m.len);
+                        cpu_mapping::undo_map(m, at);
                         return Err(e);
                     }
                 }
@@ -309,10 +319,13 @@ impl Instance {
                     gdr_err!("map of {len:#x} bytes exceeds the pinned range of {:#x} bytes", facts.mapped_size);
                     return Err(Errno::EINVAL);
                 }
-                (b.map(dp, len, requested)?, dp.mapping_type)
+                (b.map(dp, len, requested, at)?, dp.mapping_type)
             }
             _ => return Err(Errno::EINVAL),
         };
+        if at.is_some() {
+            *reuse = None;
+        }
         state.mapping = Some((m, t));
         count_mapping(t, 1);
         Ok(m)

@@ -22,17 +22,35 @@ impl CpuMapping {
     }
 }
 
-/// `mmap(NULL, len, PROT_READ|PROT_WRITE, MAP_SHARED, fd, offset)`.
-pub fn map_shared(fd: BorrowedFd<'_>, len: usize, offset: u64) -> Result<CpuMapping> {
+/// `mmap(at or NULL, len, PROT_READ|PROT_WRITE, MAP_SHARED[|MAP_FIXED], fd, offset)`. `at` is
+/// a range of `len` bytes this library holds as anonymous memory (a parked range,
+/// [`crate::parking`]): the new mapping replaces it in one step. If that fails the range is made
+/// anonymous again (a failed `MAP_FIXED` may have removed it), so it stays the caller's.
+pub fn map_shared(fd: BorrowedFd<'_>, len: usize, offset: u64, at: Option<usize>) -> Result<CpuMapping> {
     let off = libc::off_t::try_from(offset).map_err(|_| Errno::EINVAL)?;
-    // SAFETY: a fresh mapping at a kernel-chosen address cannot alias any Rust object; fd is open.
+    let (hint, fixed) = match at {
+        Some(a) => (a as *mut c_void, libc::MAP_FIXED),
+        None => (std::ptr::null_mut(), 0),
+    };
+    // SAFETY: a fresh mapping at a kernel-chosen address cannot alias any Rust object; with
+    // MAP_FIXED it replaces a range the caller owns and nothing references; fd is open.
     let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), off)
+        libc::mmap(hint, len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | fixed, fd.as_raw_fd(), off)
     };
     if p == libc::MAP_FAILED {
-        return Err(Errno::last());
+        let e = Errno::last();
+        if let Some(a) = at {
+            let _ = replace_with_anonymous(a, len);
+        }
+        return Err(e);
     }
     Ok(CpuMapping { addr: p as usize, len })
+}
+
+/// Takes back a mapping [`map_shared`] just made, after a later step failed: unmapped, or made
+/// anonymous again if it was placed on a parked range (`at`), which stays the caller's.
+pub fn undo_map(m: CpuMapping, at: Option<usize>) {
+    let _ = if at.is_some() { replace_with_anonymous(m.addr, m.len) } else { unmap(m.addr, m.len) };
 }
 
 /// `munmap(addr, len)` of a range the caller hands back (upstream does not check it either).

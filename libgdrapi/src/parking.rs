@@ -12,10 +12,13 @@
 //! is unmapped once no line names its handle any more (checked at every later retraction and at
 //! `gdr_close`), which happens at the named thread's next copy or at its exit.
 //!
-//! How many ranges can be parked: one per retraction that found its handle named, until the
-//! named threads copy again. A thread names one handle at a time, so only a handle unmapped again
-//! and again while some thread that last copied through it stays idle accumulates ranges; each is
-//! address space and a VMA, not memory (anonymous, never touched but by a racing copy).
+//! How many ranges can be parked: a thread names one handle at a time, and a handle that is
+//! mapped again while its last range is still parked gets that range back ([`take_for_remap`]:
+//! the same pin's memory at the same addresses, so a copy still under way from before lands
+//! where it would have a moment earlier). So a pinned buffer holds at most one parked range of a
+//! given length, however often it is unmapped and mapped while some thread keeps naming it; once
+//! it is unpinned its range only waits for the named threads to move on ([`orphan`]). Each range
+//! is address space and a VMA, not memory (anonymous, never touched but by a racing copy).
 
 use std::sync::Mutex;
 
@@ -35,6 +38,9 @@ pub(crate) enum Exit {
 
 struct Parked {
     key: usize,
+    /// Whether the handle still holds the pin this range mapped, so a new mapping of it may be
+    /// placed here.
+    reusable: bool,
     range: CpuMapping,
 }
 
@@ -63,7 +69,7 @@ pub(crate) fn remove(m: CpuMapping, exit: Exit) -> Result<()> {
                 return cpu_mapping::unmap(m.addr, m.len);
             }
             gdr_dbg!("parked the mapping [{:#x}, +{:#x}) until no copy names handle {key:#x}", m.addr, m.len);
-            parked().push(Parked { key, range: m });
+            parked().push(Parked { key, reusable: true, range: m });
             Ok(())
         }
     }
@@ -80,6 +86,27 @@ pub(crate) fn reclaim() {
         }
         false
     });
+}
+
+/// A parked range of handle `key`'s pin, taken off the list so that a new mapping of the same pin
+/// can be placed on it (see the module comment); the caller hands it back with [`put_back`] if it
+/// is not used.
+pub(crate) fn take_for_remap(key: usize) -> Option<CpuMapping> {
+    let mut v = parked();
+    let i = v.iter().position(|p| p.key == key && p.reusable)?;
+    Some(v.swap_remove(i).range)
+}
+
+/// Returns a range from [`take_for_remap`] that the new mapping did not use (still anonymous).
+pub(crate) fn put_back(key: usize, range: CpuMapping) {
+    parked().push(Parked { key, reusable: true, range });
+}
+
+/// Handle `key` no longer holds its pin: its parked ranges only wait to be unmapped.
+pub(crate) fn orphan(key: usize) {
+    for p in parked().iter_mut().filter(|p| p.key == key) {
+        p.reusable = false;
+    }
 }
 
 /// The number of parked ranges (for tests).

@@ -221,6 +221,13 @@ pub(crate) struct Handle {
     pub(crate) pin: Arc<Pin>,
 }
 
+impl Handle {
+    /// The `gdr_mh_t.h` value: the slot's address, also the key copies announce.
+    pub(crate) fn key(&self) -> usize {
+        HANDLES.addr_of(self.index)
+    }
+}
+
 impl Tables {
     /// Registers a new instance; returns the `gdr_t` value.
     pub(crate) fn add_instance(&mut self, instance: Instance) -> Result<usize> {
@@ -345,7 +352,7 @@ impl Tables {
         if bits_of(old) & MAPPED == 0 {
             return None;
         }
-        let key = HANDLES.addr_of(h.index);
+        let key = h.key();
         let exit = if grace::retire(key) { Exit::Parked(key) } else { Exit::Now };
         // SAFETY: control mutex held.
         unsafe { (*slot.record.get()).mapping_type = MappingType::None as u32 };

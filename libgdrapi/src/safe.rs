@@ -101,7 +101,7 @@ impl PinnedBuffer<'_> {
 
     /// Maps `size` bytes with a `gdr_map_flags_t` request.
     pub fn map_as(&self, size: usize, flags: i32) -> Result<Mapping<'_>> {
-        let m = self.gdr.inner.map(&self.pin, size, flags)?;
+        let m = self.gdr.inner.map(&self.pin, size, flags, &mut None)?;
         let t = self.pin.mapping().map_or(MappingType::None, |(_, t)| t);
         Ok(Mapping { buf: self, m, size, mapping_type: t })
     }

@@ -458,6 +458,22 @@ fn dma_buf_unmap_parks_what_another_thread_may_use() {
     assert_eq!(capi::gdr_unmap(g, b.1, b.2 as *mut c_void, BUF), 0);
     assert_eq!(capi::parked_mappings(), 1, "a thread's announcement names `b`: parked");
     assert!(anonymous(b.2), "parked as anonymous memory: {:?}", common::race::mappings_over(b.2, BUF));
+
+    // Mapping `b` again takes its parked range back (so remapping while the thread keeps naming
+    // `b` never piles ranges up), and the mapping there is the real one.
+    for round in 0..3u8 {
+        let mut va = std::ptr::null_mut();
+        // SAFETY: pointers to live locals of this test.
+        assert_eq!(unsafe { capi::gdr_map(g, b.1, &mut va, BUF) }, 0);
+        assert_eq!(va as usize, b.2, "round {round}: the parked range was not reused");
+        assert_eq!(capi::parked_mappings(), 0, "round {round}");
+        let v = [round + 1; 8];
+        // SAFETY: `v` is live; 8 bytes at the start of the live mapping.
+        assert_eq!(unsafe { capi::gdr_copy_to_mapping(b.1, va, v.as_ptr().cast(), 8) }, 0);
+        assert_eq!(cuda.read(b.0, 8), v, "round {round}: the GPU sees the copy through the reused range");
+        assert_eq!(capi::gdr_unmap(g, b.1, va, BUF), 0);
+        assert_eq!(capi::parked_mappings(), 1, "round {round}: parked again");
+    }
     let mut out = [0xffu8; 8];
     // SAFETY: `out` is live; the handle is unmapped, which the call must refuse.
     let rc = unsafe { capi::gdr_copy_from_mapping(b.1, out.as_mut_ptr().cast(), b.2 as *const c_void, 8) };

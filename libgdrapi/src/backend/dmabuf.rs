@@ -283,12 +283,12 @@ impl DmaBuf {
     }
 
     /// Maps the exported buffer; a request for a type other than the pin-time one is refused.
-    pub fn map(&self, pin: &DmaBufPin, len: usize, requested: MappingType) -> Result<CpuMapping> {
-        let m = cpu_mapping::map_shared(pin.fd.as_fd(), len, pin.page_offset)
+    pub fn map(&self, pin: &DmaBufPin, len: usize, requested: MappingType, at: Option<usize>) -> Result<CpuMapping> {
+        let m = cpu_mapping::map_shared(pin.fd.as_fd(), len, pin.page_offset, at)
             .inspect_err(|e| gdr_err!("mmap of the dma-buf failed (errno={})", e.0))?;
         if requested != MappingType::None && requested != pin.mapping_type {
             gdr_err!("requested mapping type {:?} differs from the dma-buf's type {:?}", requested, pin.mapping_type);
-            let _ = cpu_mapping::unmap(m.addr, m.len);
+            cpu_mapping::undo_map(m, at);
             return Err(Errno::EINVAL);
         }
         Ok(m)

@@ -177,14 +177,22 @@ impl Gdrdrv {
 
     /// Maps `len` bytes of the pinned buffer `handle`, asking for `requested` first (drivers ≥ 2.5;
     /// `None` resets an earlier request).
-    pub fn map(&self, handle: u64, len: usize, requested: MappingType, page: HostPage) -> Result<CpuMapping> {
+    /// Maps a pinned handle (`at`: a parked range to place it on, see [`cpu_mapping::map_shared`]).
+    pub fn map(
+        &self,
+        handle: u64,
+        len: usize,
+        requested: MappingType,
+        page: HostPage,
+        at: Option<usize>,
+    ) -> Result<CpuMapping> {
         if self.version >= VERSION_WITH_REQ_MAPPING_TYPE {
             let mut p = ReqMappingTypeParams { handle, mapping_type: requested as u32 };
             self.call(IOC_REQ_MAPPING_TYPE, &mut p)?;
         }
         // Upstream keeps only the low 32 bits of the kernel handle; the offset encodes it in pages.
         let offset = u64::from(handle as u32) << page.shift;
-        cpu_mapping::map_shared(self.fd.as_fd(), len, offset).inspect_err(|e| gdr_err!("error {} in mmap", e.0))
+        cpu_mapping::map_shared(self.fd.as_fd(), len, offset, at).inspect_err(|e| gdr_err!("error {} in mmap", e.0))
     }
 
     pub fn driver_version(&self) -> Result<u32> {

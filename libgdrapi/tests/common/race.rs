@@ -59,6 +59,7 @@ pub struct Stats {
     pub copies_einval: u64,
     pub unmaps: u64,
     pub parked: u64,
+    pub remaps: u64,
     pub closes: u64,
     pub invalidations: u64,
 }
@@ -211,7 +212,8 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
             });
         }
 
-        // Control: unmap (canary at the freed range), unpin, re-pin, re-map; sometimes close all.
+        // Control: unmap (canary at the freed range), then map the same pin again or unpin, re-pin
+        // and map; sometimes close all.
         {
             let (table, stop, stats, g, gpu_bufs, va_lock, started) =
                 (&table, &stop, &stats, &g, &gpu_bufs, &va_lock, &started);
@@ -257,9 +259,20 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
                     // Ranges parked earlier that the library has let go since get canaries too
                     // (one still taken is still parked, or went to a later mapping: both fine).
                     parked.retain(|&(a, l)| map_canary(a, l).map(|c| canaries.push(c)).is_none());
-                    drop(held);
-                    assert_eq!(capi::gdr_unpin_buffer(gg, mh), 0, "unpin");
-                    publish(gg, gpu_bufs[i], e);
+                    if rng.below(2) == 0 {
+                        // Map the same pin again (it may take its parked range back), under the
+                        // lock like every other mapping made while canaries go up.
+                        let mut p = std::ptr::null_mut();
+                        // SAFETY: pointers to live locals of this test.
+                        assert_eq!(unsafe { capi::gdr_map(gg, mh, &mut p, BUF) }, 0, "remap");
+                        e.va.store(p as usize, Ordering::Relaxed);
+                        drop(held);
+                        stats.lock().unwrap().remaps += 1;
+                    } else {
+                        drop(held);
+                        assert_eq!(capi::gdr_unpin_buffer(gg, mh), 0, "unpin");
+                        publish(gg, gpu_bufs[i], e);
+                    }
                     stats.lock().unwrap().unmaps += 1;
                     while canaries.len() > 8 {
                         check_and_drop_canary(canaries.remove(0));
@@ -327,6 +340,7 @@ pub fn copy_unmap_race(gpu: &dyn Gpu, copiers: usize, duration: Duration, free_c
     assert!(st.unmaps > 0 && st.closes > 0, "the control thread did not unmap and close");
     assert!(st.parked > 0, "no unmap met a copy in flight (nothing parked): the race was not exercised");
     assert!(st.parked < st.unmaps, "every unmap was parked: the unmap-at-once path was not exercised");
+    assert!(st.remaps > 0, "no handle was mapped again");
     // The copiers have exited. Their lines are given back by thread-exit destructors, which may
     // run a moment after the scope saw the threads finish; every control call then releases what
     // is no longer named.
