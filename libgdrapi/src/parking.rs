@@ -114,3 +114,60 @@ pub(crate) fn orphan(key: usize) {
 pub fn parked_count() -> usize {
     parked().len()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An anonymous range of `len` bytes, standing in for a mapping to park.
+    fn anonymous(len: usize) -> CpuMapping {
+        // SAFETY: a fresh private mapping at a kernel-chosen address.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        CpuMapping { addr: p as usize, len }
+    }
+
+    #[test]
+    fn a_parked_range_is_reused_by_its_pin_only_and_unmapped_once_unnamed() {
+        grace::init();
+        let key = 0x7e57_0000usize;
+        // Another thread names the key until told to stop, so no other test's reclaim can take
+        // the ranges away meanwhile.
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            let a = grace::announce(key);
+            ready_tx.send(()).unwrap();
+            stop_rx.recv().unwrap();
+            drop(a);
+        });
+        ready_rx.recv().unwrap();
+        let m = anonymous(8192);
+        remove(m, Exit::Parked(key)).unwrap();
+        let taken = take_for_remap(key);
+        assert_eq!(taken, Some(m), "the same handle's pin takes its parked range back");
+        put_back(key, m);
+        orphan(key);
+        assert_eq!(take_for_remap(key), None, "after the unpin no new mapping may land there");
+        reclaim();
+        assert!(parked().iter().any(|p| p.key == key), "still named: still parked");
+        stop_tx.send(()).unwrap();
+        t.join().unwrap();
+        reclaim();
+        assert!(!parked().iter().any(|p| p.key == key), "no longer named: unmapped");
+        let mut v = [0u8; 2];
+        // SAFETY: probing only (mincore fails with ENOMEM on an unmapped range); `v` holds one
+        // byte per page of the range.
+        let r = unsafe { libc::mincore(m.addr as *mut libc::c_void, m.len, v.as_mut_ptr()) };
+        assert_eq!(r, -1, "the range was handed back to the system");
+    }
+}
