@@ -173,17 +173,9 @@ pub(crate) unsafe fn word_of(line: *const Reader) -> &'static AtomicUsize {
 #[cold]
 #[inline(never)]
 fn claim() -> *const Reader {
-    let mut p = READERS.load(Ordering::Acquire).cast_const();
-    let mut line = std::ptr::null();
-    while !p.is_null() {
-        // SAFETY: lines are leaked, so every pointer in the list stays valid.
-        let r = unsafe { &*p };
-        if r.claimed.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-            line = p;
-            break;
-        }
-        p = r.next;
-    }
+    let mut line = lines()
+        .find(|r| r.claimed.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+        .map_or(std::ptr::null(), |r| r as *const Reader);
     if line.is_null() {
         let head = READERS.load(Ordering::Acquire);
         let new =
@@ -223,33 +215,34 @@ pub(crate) fn retire(key: usize) -> bool {
 /// accesses under `key` are over (its later store is a release store), so a key that was retired
 /// with [`retire`] and is no longer named has no copy left; no barrier is needed for that.
 pub(crate) fn named(key: usize) -> bool {
-    let own = mine();
-    let mut p = READERS.load(Ordering::Acquire).cast_const();
-    while !p.is_null() {
-        // SAFETY: lines are leaked, so every pointer in the list stays valid.
-        let r = unsafe { &*p };
-        if p != own && r.active.load(Ordering::Acquire) == key {
-            return true;
-        }
-        p = r.next;
-    }
-    false
+    other_lines().any(|r| r.active.load(Ordering::Acquire) == key)
 }
 
 /// In a child process right after `fork`: every line but this thread's belongs to a thread that
 /// was not copied into the child, so it is cleared and given back.
 pub(crate) fn forget_other_threads() {
-    let own = mine();
-    let mut p = READERS.load(Ordering::Acquire).cast_const();
-    while !p.is_null() {
-        // SAFETY: lines are leaked, so every pointer in the list stays valid.
-        let r = unsafe { &*p };
-        if p != own {
-            r.active.store(0, Ordering::Relaxed);
-            r.claimed.store(false, Ordering::Release);
-        }
-        p = r.next;
+    for r in other_lines() {
+        r.active.store(0, Ordering::Relaxed);
+        r.claimed.store(false, Ordering::Release);
     }
+}
+
+/// Every line ever made, newest first.
+fn lines() -> impl Iterator<Item = &'static Reader> {
+    let head = READERS.load(Ordering::Acquire).cast_const();
+    // SAFETY: lines are leaked and their `next` never changes once published, so every pointer
+    // in the list stays valid for the life of the process.
+    let first = unsafe { head.as_ref() };
+    std::iter::successors(first, |r| {
+        // SAFETY: as above.
+        unsafe { r.next.as_ref() }
+    })
+}
+
+/// [`lines`] but this thread's own.
+fn other_lines() -> impl Iterator<Item = &'static Reader> {
+    let own = mine();
+    lines().filter(move |r| !std::ptr::eq(*r, own))
 }
 
 #[cfg(test)]
@@ -291,16 +284,7 @@ mod tests {
 
     #[test]
     fn lines_of_exited_threads_are_reused() {
-        let count = || {
-            let mut n = 0;
-            let mut p = READERS.load(Ordering::Acquire).cast_const();
-            while !p.is_null() {
-                n += 1;
-                // SAFETY: leaked lines.
-                p = unsafe { (*p).next };
-            }
-            n
-        };
+        let count = || lines().count();
         for _ in 0..4 {
             std::thread::spawn(|| drop(announce(1))).join().unwrap();
         }
