@@ -109,9 +109,8 @@ pub(crate) fn orphan(key: usize) {
     }
 }
 
-/// The number of parked ranges (for tests).
-#[doc(hidden)]
-pub fn parked_count() -> usize {
+/// The number of parked ranges (for tests, through `capi::parked_mappings`).
+pub(crate) fn parked_count() -> usize {
     parked().len()
 }
 
