@@ -680,8 +680,9 @@ fn table(
 }
 
 /// The per-call time difference `a - b` in ns, measured in alternating blocks of equal length
-/// (a, b, a, b, ...), so that a machine whose speed drifts between the table's cells (a shared VM)
-/// shifts both sides of each pair alike: median and p10-p90 of the per-pair differences.
+/// (a, b, b, a, a, b, ...: each pair's order swapped from the last), so that a machine whose speed
+/// drifts between the table's cells (a shared VM) shifts both sides of each pair alike and a drift
+/// within a pair favours neither side: median and p10-p90 of the per-pair differences.
 fn paired(a: &Method, b: &Method, len: usize, on: &PairedOn<'_>) -> Stat {
     let (dir, dev, host, t) = (on.dir, on.dev, on.host, on.t);
     let block = |m: &Method, iters: usize| {
@@ -694,7 +695,17 @@ fn paired(a: &Method, b: &Method, len: usize, on: &PairedOn<'_>) -> Stat {
     block(b, 16);
     let once = block(a, 64).max(1.0);
     let iters = ((t.sample.as_nanos() as f64 / 4.0 / once) as usize).clamp(16, 1 << 22);
-    let mut d: Vec<f64> = (0..t.samples * 2).map(|_| block(a, iters) - block(b, iters)).collect();
+    let mut d: Vec<f64> = (0..t.samples * 2)
+        .map(|i| {
+            if i % 2 == 0 {
+                let ta = block(a, iters);
+                ta - block(b, iters)
+            } else {
+                let tb = block(b, iters);
+                block(a, iters) - tb
+            }
+        })
+        .collect();
     d.sort_by(f64::total_cmp);
     let pick = |q: f64| d[((d.len() - 1) as f64 * q).round() as usize];
     Stat { med: pick(0.5), p10: pick(0.1), p90: pick(0.9) }

@@ -128,13 +128,15 @@ pub(crate) unsafe fn copy<const TO: bool>(h: usize, a: usize, b: usize, n: usize
             }
             if rest_fits(w, off, n) {
                 // SAFETY: as above, for the whole range (and the size each helper takes).
+                // The same engine choice as the dispatcher's (`wc::load_body`, `wc::store_body`):
+                // below two lines the short copy even for one whole line, which costs no call.
                 return unsafe {
                     if n < 16 {
                         small::<TO>(h, a, b, n)
-                    } else if wc::is_whole_lines(dev, n) {
-                        lines::<TO>(h, a, b, n)
                     } else if n < wc::SHORT_MAX {
                         short::<TO>(h, a, b, n)
+                    } else if wc::is_whole_lines(dev, n) {
+                        lines::<TO>(h, a, b, n)
                     } else {
                         large::<TO>(h, a, b, n)
                     }
@@ -155,20 +157,25 @@ pub(crate) unsafe fn copy<const TO: bool>(h: usize, a: usize, b: usize, n: usize
 #[inline(always)]
 unsafe fn up_to_8<const TO: bool>(h: usize, a: usize, b: usize, dev: usize, host: usize, n: usize) -> c_int {
     // One naturally aligned access of 1, 2, 4 or 8 bytes: one test of size and address together,
-    // then the width. 8 bytes is the straight line (no taken jump: those cost about 0.5 ns each on
-    // the H100 machine's CPU), 4 bytes one jump away, 1 and 2 bytes out of line: flags, counters
-    // and doorbells are 4 or 8 bytes. Written as `n & 4 == 0` because the compiler lays out
-    // that test with its first arm straight on; with `n & 8 != 0` it sorts the compares and
-    // puts 8 bytes last.
+    // then one bit test per width. 8 bytes is the straight line (no taken jump: those cost about
+    // 0.5 ns each on the H100 machine's CPU; three not-taken tests cost next to nothing), 1, 2
+    // and 4 bytes one taken jump each (a tree of two compares put 1 or 2 bytes two jumps away).
+    // Written in this order because the compiler lays the first arms of such a chain out of the
+    // way and the last `else` straight on.
     if aligned::is_single_access(dev, n) {
         // SAFETY: `n` is 1, 2, 4 or 8 (the width each branch picks by the bits it tests) and
         // `dev` a multiple of it; the rest is the caller's contract.
         return unsafe {
-            if n >= 4 {
-                if n & 4 == 0 { single::<TO, 8>(dev, host) } else { single::<TO, 4>(dev, host) }
-            } else {
+            if n & 1 != 0 {
                 std::hint::cold_path();
-                if n & 2 != 0 { single::<TO, 2>(dev, host) } else { single::<TO, 1>(dev, host) }
+                single::<TO, 1>(dev, host)
+            } else if n & 2 != 0 {
+                std::hint::cold_path();
+                single::<TO, 2>(dev, host)
+            } else if n & 4 == 0 {
+                single::<TO, 8>(dev, host)
+            } else {
+                single::<TO, 4>(dev, host)
             }
         };
     }
@@ -219,17 +226,16 @@ unsafe extern "C" fn small<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
     )
 }
 
-/// [`small`] for short copies (16 bytes up to [`wc::SHORT_MAX`], not whole lines): inline
-/// 16-byte steps between exact or chunked ends, no call, so no saved registers.
+/// [`small`] for short copies (16 bytes up to [`wc::SHORT_MAX`]): inline 16-byte steps between
+/// exact or chunked ends, no call, so no saved registers.
 ///
 /// # Safety
 /// As [`small`], but `16 <= n < wc::SHORT_MAX`.
 #[inline(never)]
 unsafe extern "C" fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     let Some(stream) = wc::chunk_streaming() else {
-        // Not selected yet (cannot happen after `gdr_open`): the general large copy selects.
         // SAFETY: forwarded.
-        return unsafe { large::<TO>(h, a, b, n) };
+        return unsafe { unselected::<TO>(h, a, b, n) };
     };
     copy_then_fence::<TO>(
         h,
@@ -242,12 +248,49 @@ unsafe extern "C" fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
     )
 }
 
-/// [`small`] from [`wc::SHORT_MAX`] bytes up: head, SIMD middle and tail, fence.
+/// [`small`] from [`wc::SHORT_MAX`] bytes up, not whole lines: the partial lines at the ends and
+/// the line kernel between them (loads on x86-64: the body of `wc::load_lines_last` itself, so
+/// the way from the export to the kernel is one jump and one call, as the dispatcher's is), or
+/// the plan (stores).
+///
+/// # Safety
+/// As [`small`], but `n >= wc::SHORT_MAX`.
+#[inline(never)]
+unsafe extern "C" fn large<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
+    #[cfg(target_arch = "x86_64")]
+    if !TO {
+        let Some(sel) = crate::copy::select::ready() else {
+            // SAFETY: forwarded.
+            return unsafe { unselected::<TO>(h, a, b, n) };
+        };
+        return copy_then_fence::<TO>(
+            h,
+            a,
+            b,
+            |_, _| unreachable!("a load"),
+            // SAFETY: the caller's contract, with `n >= SHORT_MAX` as the body needs.
+            |host, dev| unsafe { wc::load_lines_last_body(sel, host, dev, n) },
+        );
+    }
+    copy_then_fence::<TO>(
+        h,
+        a,
+        b,
+        // SAFETY: the caller's contract (a device range inside the mapping).
+        |dev, host| unsafe { wc::store_large_body(dev, host, n) },
+        // SAFETY: as above.
+        |host, dev| unsafe { wc::load_large_body(host, dev, n) },
+    )
+}
+
+/// Any fast-path copy of 16 bytes or more while the engine selection is not made yet (cannot
+/// happen after `gdr_open`, which makes it): the general large copy, which selects.
 ///
 /// # Safety
 /// As [`small`], but `n >= 16`.
+#[cold]
 #[inline(never)]
-unsafe extern "C" fn large<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
+unsafe extern "C" fn unselected<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     copy_then_fence::<TO>(
         h,
         a,
@@ -268,9 +311,8 @@ unsafe extern "C" fn large<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
 #[inline(never)]
 unsafe extern "C" fn lines<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     let Some((store, load)) = wc::line_kernels() else {
-        // Not selected yet (cannot happen after `gdr_open`): the general large copy selects.
         // SAFETY: forwarded.
-        return unsafe { large::<TO>(h, a, b, n) };
+        return unsafe { unselected::<TO>(h, a, b, n) };
     };
     copy_then_fence::<TO>(
         h,

@@ -30,7 +30,7 @@
 pub(crate) mod aligned;
 #[cfg(target_arch = "aarch64")]
 mod arm;
-mod select;
+pub(crate) mod select;
 #[cfg(test)]
 mod tests;
 pub(crate) mod wc;

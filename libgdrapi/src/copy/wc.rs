@@ -336,6 +336,18 @@ unsafe fn load_planned(host: *mut u8, dev: *const u8, n: usize) {
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
 unsafe fn load_lines_last(sel: &Selection, host: *mut u8, dev: *const u8, n: usize) {
+    // SAFETY: forwarded.
+    unsafe { load_lines_last_body(sel, host, dev, n) }
+}
+
+/// The body of [`load_lines_last`], for a caller that is out of line itself and reached by a
+/// jump (the public fast path's large load): one call level fewer than calling it.
+///
+/// # Safety
+/// As [`load_lines_last`].
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn load_lines_last_body(sel: &Selection, host: *mut u8, dev: *const u8, n: usize) {
     let before = (64 - (dev.addr() & 63)) & 63;
     let after = (dev.addr() + n) & 63;
     // SAFETY: [dev, dev + before) ends at a line boundary and [dev + n - after, dev + n) starts at
