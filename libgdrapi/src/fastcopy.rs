@@ -9,9 +9,11 @@
 //! rotate and compare), the announcement ([`crate::grace`]: one store, left in place after the
 //! copy, see [`crate::parking`] for why that is safe), the window check against the handle's
 //! fast-path mirror (whose length is 0 unless everything above holds, so it needs no test of its
-//! own), and either one naturally aligned access plus the fence, or a jump to the out-of-line
-//! engines. No lock, no atomic read-modify-write, no call that needs saved registers; every way
-//! out that is not the fast copy is a tail call with the caller's own arguments.
+//! own), and either one naturally aligned access plus the fence, a short copy (16-127 bytes)
+//! inline, or a jump to the out-of-line engines. No lock, no atomic read-modify-write, no call;
+//! the 1-8-byte copies need no saved register (the short copy saves one, on its own path only:
+//! tests/fast_path_shape.rs checks the 8-byte straight line in the built library); every way out
+//! that is not the fast copy is a tail call with the caller's own arguments.
 //!
 //! The process-wide conditions that forbid the fast path ([`Why`]) are kept here, one bit each,
 //! the one record of them: the registry reads them when it sets the handles' mirrors (so the fast
@@ -226,13 +228,15 @@ unsafe extern "C" fn small<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
     )
 }
 
-/// [`small`] for short copies (16 bytes up to [`wc::SHORT_MAX`]): inline 16-byte steps between
-/// exact or chunked ends, no call, so no saved registers.
+/// A short copy (16 bytes up to [`wc::SHORT_MAX`]), inline in the export: 16-byte steps between
+/// exact or chunked ends, no call. The one part of the fast path that needs a saved register
+/// (loads); the compiler saves it on this path only (shrink-wrapping), so the 1-8-byte copies
+/// still need none, and a short copy reaches its body with one taken jump instead of two.
 ///
 /// # Safety
 /// As [`small`], but `16 <= n < wc::SHORT_MAX`.
-#[inline(never)]
-unsafe extern "C" fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
+#[inline(always)]
+unsafe fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     let Some(stream) = wc::chunk_streaming() else {
         // SAFETY: forwarded.
         return unsafe { unselected::<TO>(h, a, b, n) };
@@ -247,7 +251,6 @@ unsafe extern "C" fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
         |host, dev| unsafe { wc::load_short_body(host, dev, n, stream) },
     )
 }
-
 /// [`small`] from [`wc::SHORT_MAX`] bytes up, not whole lines: the partial lines at the ends and
 /// the line kernel between them (loads on x86-64: the body of `wc::load_lines_last` itself, so
 /// the way from the export to the kernel is one jump and one call, as the dispatcher's is), or
