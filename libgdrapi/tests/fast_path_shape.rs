@@ -55,7 +55,13 @@ fn copy_exports_reach_the_eight_byte_copy_as_a_short_leaf() {
         return;
     }
     // Keeps both exports linked into this binary.
-    std::hint::black_box((gdrapi::capi::gdr_copy_to_mapping as usize, gdrapi::capi::gdr_copy_from_mapping as usize));
+    let exports: [unsafe extern "C" fn(
+        gdrapi::abi::GdrMh,
+        *mut std::ffi::c_void,
+        *const std::ffi::c_void,
+        usize,
+    ) -> std::ffi::c_int; 2] = [gdrapi::capi::gdr_copy_to_mapping, gdrapi::capi::gdr_copy_from_mapping];
+    std::hint::black_box(exports);
     let lib = std::env::current_exe().unwrap();
     if Command::new("objdump").arg("--version").output().is_err() {
         println!("SKIP {TEST}: objdump not installed (binutils)");
