@@ -252,9 +252,9 @@ unsafe fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int
     )
 }
 /// [`small`] from [`wc::SHORT_MAX`] bytes up, not whole lines: the partial lines at the ends and
-/// the line kernel between them (loads on x86-64: the body of `wc::load_lines_last` itself, so
-/// the way from the export to the kernel is one jump and one call, as the dispatcher's is), or
-/// the plan (stores).
+/// the line kernel between them (loads on x86-64: `wc::load_lines_last`'s body here, ending in a
+/// jump to the line kernel's fenced twin, so the way from the export to the kernel is two jumps
+/// and the kernel returns to the caller), or the plan (stores).
 ///
 /// # Safety
 /// As [`small`], but `n >= wc::SHORT_MAX`.
@@ -262,18 +262,14 @@ unsafe fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int
 unsafe extern "C" fn large<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     #[cfg(target_arch = "x86_64")]
     if !TO {
-        let Some(sel) = crate::copy::select::ready() else {
+        let Some((sel, fenced)) = crate::copy::select::ready().and_then(|s| Some((s, s.load_line_fenced?))) else {
             // SAFETY: forwarded.
             return unsafe { unselected::<TO>(h, a, b, n) };
         };
-        return copy_then_fence::<TO>(
-            h,
-            a,
-            b,
-            |_, _| unreachable!("a load"),
-            // SAFETY: the caller's contract, with `n >= SHORT_MAX` as the body needs.
-            |host, dev| unsafe { wc::load_lines_last_body(sel, host, dev, n) },
-        );
+        keep(h);
+        // SAFETY: the caller's contract, with `n >= SHORT_MAX` as the body needs; the fenced
+        // twin has the line slot's contract, fences and returns 0.
+        return unsafe { wc::load_ends_then(sel, a as *mut u8, b as *const u8, n, |h, d, len| fenced(h, d, len)) };
     }
     copy_then_fence::<TO>(
         h,
@@ -313,6 +309,17 @@ unsafe extern "C" fn unselected<const TO: bool>(h: usize, a: usize, b: usize, n:
 /// As [`large`], and [`wc::is_whole_lines`] holds.
 #[inline(never)]
 unsafe extern "C" fn lines<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
+    #[cfg(target_arch = "x86_64")]
+    if !TO {
+        let Some(fenced) = crate::copy::select::ready().and_then(|s| s.load_line_fenced) else {
+            // SAFETY: forwarded.
+            return unsafe { unselected::<TO>(h, a, b, n) };
+        };
+        keep(h);
+        // SAFETY: the line slot's contract is `wc::is_whole_lines` (as below); the fenced twin
+        // fences and returns 0. A jump: the kernel returns to the caller.
+        return unsafe { fenced(a as *mut u8, b as *const u8, n) };
+    }
     let Some((store, load)) = wc::line_kernels() else {
         // SAFETY: forwarded.
         return unsafe { unselected::<TO>(h, a, b, n) };

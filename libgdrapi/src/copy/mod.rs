@@ -81,6 +81,10 @@ pub enum Direction {
 /// A copy kernel: `f(dst, src, len)`.
 pub type KernelFn = unsafe fn(*mut u8, *const u8, usize);
 
+/// A line kernel followed by the store fence, returning 0 (`f(dst, src, len)`): the end of a
+/// public write-combined copy, for the fast path to jump to (`select::Selection::load_line_fenced`).
+pub(crate) type FencedFn = unsafe extern "C" fn(*mut u8, *const u8, usize) -> core::ffi::c_int;
+
 /// One copy kernel usable on this CPU.
 ///
 /// Contract of `f(dst, src, len)`: the device-side pointer (`dst` for [`Direction::ToDevice`],

@@ -33,7 +33,7 @@
 //! The benchmark (`benches/copy_engines.rs`) times every kernel, so these choices can be
 //! revisited with measurements on a real BAR.
 
-use super::{Direction, Engine, KernelFn};
+use super::{Direction, Engine, FencedFn, KernelFn};
 use std::sync::OnceLock;
 
 /// Kernels for the three slots of one direction.
@@ -53,6 +53,9 @@ pub(crate) struct Selection {
     /// x86-64: whether the 16-byte end chunks of a load use MOVNTDQA (SSE4.1), as the 16-byte slot
     /// does, rather than MOVDQA.
     pub(crate) stream_chunks: bool,
+    /// x86-64: the load `line` kernel's fenced twin (the kernel, the store fence, return 0), which
+    /// the public fast path jumps to at the end of a load; `None` elsewhere.
+    pub(crate) load_line_fenced: Option<FencedFn>,
 }
 
 static SELECTION: OnceLock<Selection> = OnceLock::new();
@@ -158,11 +161,20 @@ fn build() -> Selection {
         flag(avx512f, "avx512f (not selected)"),
         flag(movdir64b, "movdir64b (not selected)"),
     );
+    // The fenced twin of whichever load kernel fills the line slot (the same kernel, so it is
+    // usable whenever that one is).
+    let load_line_fenced: FencedFn = match lline.name {
+        "AVX2 VMOVNTDQA" => x86::load_avx2_fenced,
+        "SSE4.1 MOVNTDQA" => x86::load_sse41_fenced,
+        "SSE2 MOVDQA" => x86::load_sse2_fenced,
+        other => unreachable!("the load line slot picked {other}, which has no fenced twin"),
+    };
     Selection {
         store: Slots { w16: s16.f, w32: s32.f, line: sline.f },
         load: Slots { w16: l16.f, w32: l32.f, line: lline.f },
         summary: describe([sline.name, s32.name, s16.name], [lline.name, l32.name, l16.name], &extra),
         stream_chunks: sse41,
+        load_line_fenced: Some(load_line_fenced),
         engines: all,
     }
 }
@@ -184,6 +196,7 @@ fn build() -> Selection {
         load: Slots { w16: l.f, w32: l.f, line: l.f },
         summary: describe([s.name; 3], [l.name; 3], "cpu: aarch64 asimd (LS64 not used)"),
         stream_chunks: false,
+        load_line_fenced: None,
         engines: all,
     }
 }
@@ -202,6 +215,7 @@ fn build() -> Selection {
         load: Slots { w16: l.f, w32: l.f, line: l.f },
         summary: describe([s.name; 3], [l.name; 3], "cpu: generic"),
         stream_chunks: false,
+        load_line_fenced: None,
         engines: all,
     }
 }

@@ -336,18 +336,26 @@ unsafe fn load_planned(host: *mut u8, dev: *const u8, n: usize) {
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
 unsafe fn load_lines_last(sel: &Selection, host: *mut u8, dev: *const u8, n: usize) {
-    // SAFETY: forwarded.
-    unsafe { load_lines_last_body(sel, host, dev, n) }
+    // SAFETY: forwarded; the line slot's kernel has the line slot's contract.
+    unsafe { load_ends_then(sel, host, dev, n, |h, d, len| (sel.load.line)(h, d, len)) }
 }
 
-/// The body of [`load_lines_last`], for a caller that is out of line itself and reached by a
-/// jump (the public fast path's large load): one call level fewer than calling it.
+/// The body of [`load_lines_last`]: the partial lines at both ends, then `lines(host, dev, len)`
+/// for the whole lines between them, whose result it returns. [`load_lines_last`] passes the
+/// selected line kernel; the public fast path, out of line itself and reached by a jump, passes
+/// the kernel's fenced twin ([`Selection::load_line_fenced`]), so its copy ends in a jump too.
 ///
 /// # Safety
-/// As [`load_lines_last`].
+/// As [`load_lines_last`]; `lines` has the line slot's contract.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(crate) unsafe fn load_lines_last_body(sel: &Selection, host: *mut u8, dev: *const u8, n: usize) {
+pub(crate) unsafe fn load_ends_then<R>(
+    sel: &Selection,
+    host: *mut u8,
+    dev: *const u8,
+    n: usize,
+    lines: impl FnOnce(*mut u8, *const u8, usize) -> R,
+) -> R {
     let before = (64 - (dev.addr() & 63)) & 63;
     let after = (dev.addr() + n) & 63;
     // SAFETY: [dev, dev + before) ends at a line boundary and [dev + n - after, dev + n) starts at
@@ -356,7 +364,7 @@ pub(crate) unsafe fn load_lines_last_body(sel: &Selection, host: *mut u8, dev: *
     unsafe {
         load_chunks(sel.stream_chunks, host, dev, before);
         load_chunks(sel.stream_chunks, host.add(n - after), dev.add(n - after), after);
-        (sel.load.line)(host.add(before), dev.add(before), n - before - after);
+        lines(host.add(before), dev.add(before), n - before - after)
     }
 }
 

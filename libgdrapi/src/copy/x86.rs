@@ -107,18 +107,39 @@ macro_rules! simd_kernel {
     (
         $(#[$doc:meta])*
         $dir:ident fn $name:ident,
+        $(fenced = $fenced:ident,)?
         feature = $feature:literal,
         vector = $vec:ty,
         load = $load:ident,
         store = $store:ident,
         width = $width:literal,
         stride = $stride:literal,
-        main = [$($ld:tt),+ ; $($st:tt),+ $(,)?],
-        regs = [$($reg:tt),+] $(,)?
+        main = $main:tt,
+        regs = $regs:tt $(,)?
     ) => {
         $(#[$doc])*
         #[target_feature(enable = $feature)]
         pub(super) unsafe fn $name(dst: *mut u8, src: *const u8, n: usize) {
+            simd_kernel!(@body $dir, $width, $stride, $vec, $load, $store, $main, $regs, dst, src, n);
+        }
+        $(
+            /// The kernel above followed by the store fence, returning 0: a whole public copy
+            /// once its ends are done, so the fast path can jump here instead of calling the
+            /// kernel and fencing after it (one call and return fewer per copy).
+            ///
+            /// # Safety
+            /// As the kernel.
+            #[target_feature(enable = $feature)]
+            pub(crate) unsafe extern "C" fn $fenced(dst: *mut u8, src: *const u8, n: usize) -> core::ffi::c_int {
+                simd_kernel!(@body $dir, $width, $stride, $vec, $load, $store, $main, $regs, dst, src, n);
+                sfence();
+                0
+            }
+        )?
+    };
+    (@body $dir:ident, $width:literal, $stride:literal, $vec:ty, $load:ident, $store:ident,
+        [$($ld:tt),+ ; $($st:tt),+ $(,)?], [$($reg:tt),+], $dst:ident, $src:ident, $n:ident) => {{
+            let (dst, src, n) = ($dst, $src, $n);
             let device_addr = simd_kernel!(@device $dir, dst, src).addr();
             debug_assert!(device_addr.is_multiple_of($width) && n.is_multiple_of($width));
             let mut i = 0usize;
@@ -158,8 +179,7 @@ macro_rules! simd_kernel {
                 }
                 i += $width;
             }
-        }
-    };
+    }};
     (@device store, $dst:ident, $src:ident) => { $dst };
     (@device load, $dst:ident, $src:ident) => { $src };
 }
@@ -277,6 +297,7 @@ simd_kernel! {
     /// # Safety
     /// Module contract with width 16 (`src` is the device side).
     load fn load_sse2,
+    fenced = load_sse2_fenced,
     feature = "sse2",
     vector = __m128i,
     load = _mm_load_si128,
@@ -302,6 +323,7 @@ simd_kernel! {
     /// # Safety
     /// Module contract with width 16 (`src` is the device side); the CPU has SSE4.1.
     load fn load_sse41,
+    fenced = load_sse41_fenced,
     feature = "sse4.1",
     vector = __m128i,
     load = _mm_stream_load_si128,
@@ -327,6 +349,7 @@ simd_kernel! {
     /// # Safety
     /// Module contract with width 32 (`src` is the device side); the CPU has AVX2.
     load fn load_avx2,
+    fenced = load_avx2_fenced,
     feature = "avx2",
     vector = __m256i,
     load = _mm256_stream_load_si256,
