@@ -9,7 +9,8 @@
 //! Stores to the device use non-temporal (MOVNTDQ/VMOVNTDQ) or direct (MOVDIR64B) stores, so no
 //! line of the mapping is ever read for ownership; loads from the device use streaming loads
 //! (MOVNTDQA/VMOVNTDQA) except in the SSE2 fallback for CPUs without SSE4.1. No kernel fences: the
-//! caller issues one fence per `gdr_copy_*` call (spec §4.5). Loads of one 64-byte line are issued
+//! caller issues one fence per `gdr_copy_*` call (spec §4.5); the exception is the fenced twin of
+//! a load kernel (`*_fenced`), which is that call's last step and fences itself. Loads of one 64-byte line are issued
 //! back to back before the host stores, so a streaming-load buffer filled by the first load of a
 //! line serves the rest of it.
 
