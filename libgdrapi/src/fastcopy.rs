@@ -251,6 +251,7 @@ unsafe fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int
         |host, dev| unsafe { wc::load_short_body(host, dev, n, stream) },
     )
 }
+
 /// [`small`] from [`wc::SHORT_MAX`] bytes up, not whole lines: the partial lines at the ends and
 /// the line kernel between them (loads on x86-64: `wc::load_lines_last`'s body here, ending in a
 /// jump to the line kernel's fenced twin, so the way from the export to the kernel is two jumps

@@ -214,30 +214,41 @@ fn copy_every_engine_exhaustive_and_random() {
     }
 }
 
-/// The fenced twin of the selected load line kernel (what the public fast path jumps to at the
-/// end of a load) copies what the kernel copies, on the line slot's contract, and returns 0.
+/// The fenced twins of the load kernels (the selected one is what the public fast path jumps to
+/// at the end of a load) copy what their kernels copy, on the line slot's contract, and return 0.
 #[cfg(target_arch = "x86_64")]
 #[test]
-fn the_fenced_line_load_copies_as_its_kernel_and_returns_zero() {
-    let fenced = super::select::get().load_line_fenced.expect("x86-64 selects a fenced line load");
+fn the_fenced_line_loads_copy_as_their_kernels_and_return_zero() {
+    use super::x86;
+    assert!(super::select::get().load_line_fenced.is_some(), "x86-64 selects a fenced line load");
+    let mut twins: Vec<(&str, super::FencedFn)> = vec![("SSE2", x86::load_sse2_fenced)];
+    if std::arch::is_x86_feature_detected!("sse4.1") {
+        twins.push(("SSE4.1", x86::load_sse41_fenced));
+    }
+    if std::arch::is_x86_feature_detected!("avx2") {
+        twins.push(("AVX2", x86::load_avx2_fenced));
+    }
     let mut h = Harness::new(5);
-    let mut returned = Vec::new();
-    let mut f = |d: *mut u8, s: *const u8, n: usize| {
-        // SAFETY: whole 64-byte lines at a 64-aligned device offset (below), in the harness's own
-        // disjoint buffers: the line slot's contract.
-        returned.push(unsafe { fenced(d, s, n) });
-    };
-    for host_off in [0, 1, 13, 32] {
-        for len in (0..=4096).step_by(64) {
-            h.case(Direction::FromDevice, 0, host_off, len, "fenced line load", &mut f);
+    for (name, fenced) in twins {
+        let what = format!("fenced {name} line load");
+        let mut returned = Vec::new();
+        let mut f = |d: *mut u8, s: *const u8, n: usize| {
+            // SAFETY: whole 64-byte lines at a 64-aligned device offset (below), in the harness's
+            // own disjoint buffers: the line slot's contract; the CPU has the twin's features.
+            returned.push(unsafe { fenced(d, s, n) });
+        };
+        for host_off in [0, 1, 13, 32] {
+            for len in (0..=4096).step_by(64) {
+                h.case(Direction::FromDevice, 0, host_off, len, &what, &mut f);
+            }
         }
+        for _ in 0..100 {
+            let len = h.rng.below(MAX_LEN / 64 + 1) * 64;
+            let host_off = h.rng.below(64);
+            h.case(Direction::FromDevice, 0, host_off, len, &what, &mut f);
+        }
+        assert!(!returned.is_empty() && returned.iter().all(|&r| r == 0), "{what}: every call returns 0");
     }
-    for _ in 0..100 {
-        let len = h.rng.below(MAX_LEN / 64 + 1) * 64;
-        let host_off = h.rng.below(64);
-        h.case(Direction::FromDevice, 0, host_off, len, "fenced line load", &mut f);
-    }
-    assert!(!returned.is_empty() && returned.iter().all(|&r| r == 0), "every call returns 0");
 }
 
 #[derive(Debug, PartialEq, Eq)]
