@@ -272,15 +272,8 @@ unsafe extern "C" fn large<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
         // twin has the line slot's contract, fences and returns 0.
         return unsafe { wc::load_ends_then(sel, a as *mut u8, b as *const u8, n, |h, d, len| fenced(h, d, len)) };
     }
-    copy_then_fence::<TO>(
-        h,
-        a,
-        b,
-        // SAFETY: the caller's contract (a device range inside the mapping).
-        |dev, host| unsafe { wc::store_large_body(dev, host, n) },
-        // SAFETY: as above.
-        |host, dev| unsafe { wc::load_large_body(host, dev, n) },
-    )
+    // SAFETY: forwarded.
+    unsafe { planned::<TO>(h, a, b, n) }
 }
 
 /// Any fast-path copy of 16 bytes or more while the engine selection is not made yet (cannot
@@ -291,20 +284,36 @@ unsafe extern "C" fn large<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
 #[cold]
 #[inline(never)]
 unsafe extern "C" fn unselected<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { planned::<TO>(h, a, b, n) }
+}
+
+/// The general large copy of the write-combining engines (head, planned middle, tail), then the
+/// fence: [`large`]'s stores, and every copy of [`unselected`] (which selects the engines).
+///
+/// # Safety
+/// As [`small`], but `n >= 16`.
+#[inline(always)]
+unsafe fn planned<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     copy_then_fence::<TO>(
         h,
         a,
         b,
+        // Inlined into each caller: shared by two functions, the closures would otherwise be
+        // outlined, and the store path of `large` would pay a call and a spill for them.
         // SAFETY: the caller's contract (a device range inside the mapping).
+        #[inline(always)]
         |dev, host| unsafe { wc::store_large_body(dev, host, n) },
         // SAFETY: as above.
+        #[inline(always)]
         |host, dev| unsafe { wc::load_large_body(host, dev, n) },
     )
 }
 
 /// [`large`] for whole 64-byte lines at a 64-aligned device address: the line kernel alone. A
 /// function of its own so that whole lines skip the end-line arithmetic and the length test of
-/// the general large copy, and go from the export to the kernel in one jump and one call.
+/// the general large copy, and go from the export to the kernel in one jump and one call (loads
+/// on x86-64: two jumps, the second to the kernel's fenced twin).
 ///
 /// # Safety
 /// As [`large`], and [`wc::is_whole_lines`] holds.

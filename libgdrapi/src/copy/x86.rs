@@ -10,9 +10,9 @@
 //! line of the mapping is ever read for ownership; loads from the device use streaming loads
 //! (MOVNTDQA/VMOVNTDQA) except in the SSE2 fallback for CPUs without SSE4.1. No kernel fences: the
 //! caller issues one fence per `gdr_copy_*` call (spec §4.5); the exception is the fenced twin of
-//! a load kernel (`*_fenced`), which is that call's last step and fences itself. Loads of one 64-byte line are issued
-//! back to back before the host stores, so a streaming-load buffer filled by the first load of a
-//! line serves the rest of it.
+//! a load kernel (`*_fenced`), which is that call's last step and fences itself. Loads of one
+//! 64-byte line are issued back to back before the host stores, so a streaming-load buffer filled
+//! by the first load of a line serves the rest of it.
 
 use core::arch::asm;
 use core::arch::x86_64::*;
@@ -91,7 +91,8 @@ pub(super) unsafe fn load16(host: *mut u8, dev: *const u8, stream: bool) {
 // Kernel generator
 // ------------------------------------------------------------------------------------------------
 
-/// Generates one SIMD copy kernel: `fn(dst, src, n)` copying `n` bytes in `$width`-byte vectors.
+/// Generates one SIMD copy kernel: `fn(dst, src, n)` copying `n` bytes in `$width`-byte vectors;
+/// with `fenced = name`, also its fenced twin (the same body, then SFENCE, returning 0).
 ///
 /// `store` kernels treat `dst` as the device side, `load` kernels `src`; the device-side pointer is
 /// the aligned one (see the module contract). The main loop moves one `$stride`-byte block per
@@ -140,46 +141,46 @@ macro_rules! simd_kernel {
     };
     (@body $dir:ident, $width:literal, $stride:literal, $vec:ty, $load:ident, $store:ident,
         [$($ld:tt),+ ; $($st:tt),+ $(,)?], [$($reg:tt),+], $dst:ident, $src:ident, $n:ident) => {{
-            let (dst, src, n) = ($dst, $src, $n);
-            let device_addr = simd_kernel!(@device $dir, dst, src).addr();
-            debug_assert!(device_addr.is_multiple_of($width) && n.is_multiple_of($width));
-            let mut i = 0usize;
-            if n >= $stride {
-                // SAFETY: the loop runs for i = 0, $stride, .. while i <= n - $stride, so every
-                // access lies in [0, n); the device-side pointer plus i is aligned to the vector
-                // width (the pointer is, and i is a multiple of it), as the device-side
-                // instruction requires; the host side uses unaligned moves. The caller
-                // guarantees the CPU has the target feature. Only the named vector registers,
-                // `i` and the flags change; memory is read and written as the kernel's contract
-                // says, so the block is not `nomem`/`readonly`.
-                unsafe {
-                    asm!(
-                        ".p2align 6",
-                        "2:",
-                        $($ld,)+
-                        $($st,)+
-                        "add {i}, {stride}",
-                        "cmp {i}, {last}",
-                        "jbe 2b",
-                        i = inout(reg) i,
-                        last = in(reg) n - $stride,
-                        d = in(reg) dst,
-                        s = in(reg) src,
-                        stride = const $stride,
-                        $(out($reg) _,)+
-                        options(nostack),
-                    );
-                }
+        let (dst, src, n) = ($dst, $src, $n);
+        let device_addr = simd_kernel!(@device $dir, dst, src).addr();
+        debug_assert!(device_addr.is_multiple_of($width) && n.is_multiple_of($width));
+        let mut i = 0usize;
+        if n >= $stride {
+            // SAFETY: the loop runs for i = 0, $stride, .. while i <= n - $stride, so every
+            // access lies in [0, n); the device-side pointer plus i is aligned to the vector
+            // width (the pointer is, and i is a multiple of it), as the device-side
+            // instruction requires; the host side uses unaligned moves. The caller
+            // guarantees the CPU has the target feature. Only the named vector registers,
+            // `i` and the flags change; memory is read and written as the kernel's contract
+            // says, so the block is not `nomem`/`readonly`.
+            unsafe {
+                asm!(
+                    ".p2align 6",
+                    "2:",
+                    $($ld,)+
+                    $($st,)+
+                    "add {i}, {stride}",
+                    "cmp {i}, {last}",
+                    "jbe 2b",
+                    i = inout(reg) i,
+                    last = in(reg) n - $stride,
+                    d = in(reg) dst,
+                    s = in(reg) src,
+                    stride = const $stride,
+                    $(out($reg) _,)+
+                    options(nostack),
+                );
             }
-            while i < n {
-                // SAFETY: one whole vector remains (n is a multiple of the width, i < n);
-                // alignment as above.
-                unsafe {
-                    let v = $load(src.add(i).cast::<$vec>());
-                    $store(dst.add(i).cast::<$vec>(), v);
-                }
-                i += $width;
+        }
+        while i < n {
+            // SAFETY: one whole vector remains (n is a multiple of the width, i < n);
+            // alignment as above.
+            unsafe {
+                let v = $load(src.add(i).cast::<$vec>());
+                $store(dst.add(i).cast::<$vec>(), v);
             }
+            i += $width;
+        }
     }};
     (@device store, $dst:ident, $src:ident) => { $dst };
     (@device load, $dst:ident, $src:ident) => { $src };
