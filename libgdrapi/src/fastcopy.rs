@@ -364,7 +364,7 @@ fn copy_then_fence<const TO: bool>(
         load(a as *mut u8, b as *const u8);
     }
     copy::store_fence();
-    opaque_zero()
+    copy::opaque_zero()
 }
 
 /// Marks `h` as used, at no cost. The helpers take the export's arguments as they are, the
@@ -381,32 +381,6 @@ fn keep(h: usize) {
     };
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     std::hint::black_box(h);
-}
-
-/// 0, in a way the optimiser cannot see through: a constant return would be propagated into the
-/// callers, which would then call the helpers instead of jumping to them. One instruction where
-/// inline assembly is available (`black_box` costs a stack round trip).
-#[inline(always)]
-fn opaque_zero() -> c_int {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let r: c_int;
-        // SAFETY: zeroes one register; touches no memory, stack or flags the compiler relies on
-        // (xor's flags are declared clobbered by not passing `preserves_flags`).
-        unsafe { std::arch::asm!("xor {r:e}, {r:e}", r = out(reg) r, options(nomem, nostack)) };
-        r
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        let r: c_int;
-        // SAFETY: moves the zero register into one register; nothing else.
-        unsafe { std::arch::asm!("mov {r:w}, wzr", r = out(reg) r, options(nomem, nostack, preserves_flags)) };
-        r
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        std::hint::black_box(0)
-    }
 }
 
 #[cfg(test)]

@@ -150,6 +150,33 @@ pub unsafe fn copy_from_mapping(kind: MappingKind, host_dst: *mut u8, dev_src: *
     }
 }
 
+/// 0, in a way the optimiser cannot see through: a constant return would be propagated into the
+/// callers, which would then call the functions returning it instead of jumping to them (the
+/// fast path's helpers, the realigning line load). One instruction where
+/// inline assembly is available (`black_box` costs a stack round trip).
+#[inline(always)]
+pub(crate) fn opaque_zero() -> core::ffi::c_int {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let r: core::ffi::c_int;
+        // SAFETY: zeroes one register; touches no memory, stack or flags the compiler relies on
+        // (xor's flags are declared clobbered by not passing `preserves_flags`).
+        unsafe { std::arch::asm!("xor {r:e}, {r:e}", r = out(reg) r, options(nomem, nostack)) };
+        r
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        let r: core::ffi::c_int;
+        // SAFETY: moves the zero register into one register; nothing else.
+        unsafe { std::arch::asm!("mov {r:w}, wzr", r = out(reg) r, options(nomem, nostack, preserves_flags)) };
+        r
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        std::hint::black_box(0)
+    }
+}
+
 /// Store barrier the caller issues after a copy to a WC mapping: x86 SFENCE, arm64 DMB ST.
 #[inline(always)]
 pub fn store_fence() {

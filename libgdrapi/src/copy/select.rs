@@ -99,6 +99,10 @@ fn helpers() -> [Engine; 2] {
 /// Name of the aligned-access helper (heads, tails and copies under 16 bytes).
 pub(crate) const HELPER_NAME: &str = "aligned 1-8B";
 
+/// Name of the load line kernel that realigns host stores (x86-64 with AVX-512 VBMI).
+#[cfg(target_arch = "x86_64")]
+const REALIGN_NAME: &str = "AVX2 VMOVNTDQA + VBMI realign";
+
 fn describe(store: [&str; 3], load: [&str; 3], extra: &str) -> String {
     format!(
         "store: 64B-lines {}, 32B {}, 16B {}, <16B {HELPER_NAME}; \
@@ -116,6 +120,11 @@ fn build() -> Selection {
     let avx = std::arch::is_x86_feature_detected!("avx");
     let avx2 = std::arch::is_x86_feature_detected!("avx2");
     let avx512f = std::arch::is_x86_feature_detected!("avx512f");
+    // The realigning line load needs AVX-512F/BW (zmm loads and stores) and VBMI (VPERMT2B).
+    let vbmi = avx2
+        && avx512f
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vbmi");
     let movdir64b = x86::has_movdir64b();
 
     let mut all: Vec<Engine> = Vec::new();
@@ -136,6 +145,9 @@ fn build() -> Selection {
     if avx2 {
         all.push(engine("AVX2 VMOVNTDQA", FromDevice, 32, x86::load_avx2));
     }
+    if vbmi {
+        all.push(engine(REALIGN_NAME, FromDevice, 64, x86::load_avx2_realign));
+    }
     if avx512f {
         all.push(engine("AVX-512 VMOVNTDQA", FromDevice, 64, x86::load_avx512));
     }
@@ -146,24 +158,26 @@ fn build() -> Selection {
     let sline = pick(&mut all, ToDevice, &["AVX VMOVNTDQ", "SSE2 MOVNTDQ"]);
     let l16 = pick(&mut all, FromDevice, &["SSE4.1 MOVNTDQA", "SSE2 MOVDQA"]);
     let l32 = pick(&mut all, FromDevice, &["AVX2 VMOVNTDQA", "SSE4.1 MOVNTDQA", "SSE2 MOVDQA"]);
-    let lline = pick(&mut all, FromDevice, &["AVX2 VMOVNTDQA", "SSE4.1 MOVNTDQA", "SSE2 MOVDQA"]);
+    let lline = pick(&mut all, FromDevice, &[REALIGN_NAME, "AVX2 VMOVNTDQA", "SSE4.1 MOVNTDQA", "SSE2 MOVDQA"]);
     // Mark the helpers as selected too: they serve every head and tail.
     pick(&mut all, ToDevice, &[HELPER_NAME]);
     pick(&mut all, FromDevice, &[HELPER_NAME]);
 
     let flag = |b: bool, n: &str| if b { format!(" {n}") } else { String::new() };
     let extra = format!(
-        "cpu:{}{}{}{}{}{}",
+        "cpu:{}{}{}{}{}{}{}",
         " sse2",
         flag(sse41, "sse4.1"),
         flag(avx, "avx"),
         flag(avx2, "avx2"),
-        flag(avx512f, "avx512f (not selected)"),
+        flag(avx512f, "avx512f"),
+        flag(vbmi, "avx512vbmi"),
         flag(movdir64b, "movdir64b (not selected)"),
     );
     // The fenced twin of whichever load kernel fills the line slot (the same kernel, so it is
     // usable whenever that one is).
     let load_line_fenced: FencedFn = match lline.name {
+        REALIGN_NAME => x86::load_avx2_realign_fenced,
         "AVX2 VMOVNTDQA" => x86::load_avx2_fenced,
         "SSE4.1 MOVNTDQA" => x86::load_sse41_fenced,
         "SSE2 MOVDQA" => x86::load_sse2_fenced,

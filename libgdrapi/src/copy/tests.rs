@@ -228,6 +228,9 @@ fn the_fenced_line_loads_copy_as_their_kernels_and_return_zero() {
     if std::arch::is_x86_feature_detected!("avx2") {
         twins.push(("AVX2", x86::load_avx2_fenced));
     }
+    if super::select::get().engines.iter().any(|e| e.name.ends_with("VBMI realign")) {
+        twins.push(("AVX2 + VBMI realign", x86::load_avx2_realign_fenced));
+    }
     let mut h = Harness::new(5);
     for (name, fenced) in twins {
         let what = format!("fenced {name} line load");
@@ -248,6 +251,29 @@ fn the_fenced_line_loads_copy_as_their_kernels_and_return_zero() {
             h.case(Direction::FromDevice, 0, host_off, len, &what, &mut f);
         }
         assert!(!returned.is_empty() && returned.iter().all(|&r| r == 0), "{what}: every call returns 0");
+    }
+}
+
+/// The realigning line load (selected where the CPU has AVX-512 VBMI) at every host offset in a
+/// line: the aligned ones take the plain loop, the others the realigning one, whose first and last
+/// stores overlap its aligned ones.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_realigning_line_load_copies_at_every_host_offset() {
+    let Some(e) = engines().into_iter().find(|e| e.name.ends_with("VBMI realign")) else {
+        println!("SKIP: the CPU has no AVX-512 VBMI, so no realigning line load");
+        return;
+    };
+    let mut h = Harness::new(6);
+    let mut f = |d: *mut u8, s: *const u8, n: usize| {
+        // SAFETY: whole lines at a 64-aligned device offset in the harness's own disjoint
+        // buffers; the engine is listed, so the CPU has its features.
+        unsafe { (e.f)(d, s, n) }
+    };
+    for host_off in 0..64 {
+        for len in (0..=1024).step_by(64).chain([4096, 4160, 8192]) {
+            h.case(Direction::FromDevice, 0, host_off, len, e.name, &mut f);
+        }
     }
 }
 
@@ -337,7 +363,8 @@ fn copy_detect_is_stable_and_selection_consistent() {
     }
     #[cfg(target_arch = "x86_64")]
     {
-        // AVX-512 and MOVDIR64B are listed where present but not selected (see select.rs);
+        // The AVX-512 kernels and MOVDIR64B are listed where present but not selected (see
+        // select.rs);
         // the bulk of a store uses non-temporal VMOVNTDQ when the CPU has AVX.
         assert!(all.iter().all(|e| !(e.name.starts_with("AVX-512") && e.selected)));
         let movdir = all.iter().find(|e| e.name == "MOVDIR64B");
@@ -348,6 +375,10 @@ fn copy_detect_is_stable_and_selection_consistent() {
         }
         if std::arch::is_x86_feature_detected!("sse4.1") {
             assert!(a.contains("16B SSE4.1 MOVNTDQA"), "{a}");
+        }
+        // With VBMI the load line slot realigns misaligned host sides (the one zmm user).
+        if std::arch::is_x86_feature_detected!("avx512vbmi") && std::arch::is_x86_feature_detected!("avx512bw") {
+            assert!(a.contains("load: 64B-lines AVX2 VMOVNTDQA + VBMI realign"), "{a}");
         }
     }
 }

@@ -110,6 +110,21 @@ macro_rules! simd_kernel {
         $(#[$doc:meta])*
         $dir:ident fn $name:ident,
         $(fenced = $fenced:ident,)?
+        $(host_unaligned = $realign:ident,)?
+        feature = $feature:literal,
+        $($rest:tt)*
+    ) => {
+        // The optional realigning function travels as one bracketed token, so the fenced twin's
+        // optional block can use it.
+        simd_kernel! {
+            @fns [$($realign)?] $(#[$doc])* $dir fn $name, $(fenced = $fenced,)? feature = $feature, $($rest)*
+        }
+    };
+    (
+        @fns $realign:tt
+        $(#[$doc:meta])*
+        $dir:ident fn $name:ident,
+        $(fenced = $fenced:ident,)?
         feature = $feature:literal,
         vector = $vec:ty,
         load = $load:ident,
@@ -122,6 +137,7 @@ macro_rules! simd_kernel {
         $(#[$doc])*
         #[target_feature(enable = $feature)]
         pub(super) unsafe fn $name(dst: *mut u8, src: *const u8, n: usize) {
+            simd_kernel!(@realign $realign, false, dst, src, n);
             simd_kernel!(@body $dir, $width, $stride, $vec, $load, $store, $main, $regs, dst, src, n);
         }
         $(
@@ -133,6 +149,7 @@ macro_rules! simd_kernel {
             /// As the kernel.
             #[target_feature(enable = $feature)]
             pub(crate) unsafe extern "C" fn $fenced(dst: *mut u8, src: *const u8, n: usize) -> core::ffi::c_int {
+                simd_kernel!(@realign $realign, true, dst, src, n);
                 simd_kernel!(@body $dir, $width, $stride, $vec, $load, $store, $main, $regs, dst, src, n);
                 sfence();
                 0
@@ -182,6 +199,24 @@ macro_rules! simd_kernel {
             i += $width;
         }
     }};
+    // With `host_unaligned = f`: a copy whose host side is not 32-aligned is `f`'s (`f::<true>`
+    // fences and returns 0, for the fenced twin), reached by a jump; an aligned one falls through
+    // to the kernel's own loop.
+    (@realign [], $fence:literal, $dst:ident, $src:ident, $n:ident) => {};
+    (@realign [$realign:ident], false, $dst:ident, $src:ident, $n:ident) => {
+        if $dst.addr() & 31 != 0 {
+            // SAFETY: the kernel's contract, which is `f`'s, and the CPU has `f`'s features (the
+            // kernel's feature list includes them).
+            unsafe { $realign::<false>($dst, $src, $n) };
+            return;
+        }
+    };
+    (@realign [$realign:ident], true, $dst:ident, $src:ident, $n:ident) => {
+        if $dst.addr() & 31 != 0 {
+            // SAFETY: as above.
+            return unsafe { $realign::<true>($dst, $src, $n) };
+        }
+    };
     (@device store, $dst:ident, $src:ident) => { $dst };
     (@device load, $dst:ident, $src:ident) => { $src };
 }
@@ -391,4 +426,132 @@ simd_kernel! {
         "vmovdqu64 zmmword ptr [{d} + {i} + 64], zmm1",
     ],
     regs = ["zmm0", "zmm1"],
+}
+
+simd_kernel! {
+    /// [`load_avx2`], but a host side that is not 32-aligned goes to [`load_lines_realigned`]:
+    /// the line kernel selected where the CPU has AVX-512 VBMI. With an aligned host side it is
+    /// exactly `load_avx2` (one test more per call).
+    ///
+    /// # Safety
+    /// Module contract with width 64 (`src` is the device side; the realigning path needs whole
+    /// lines); the CPU has AVX2, AVX-512F/BW and AVX-512 VBMI.
+    load fn load_avx2_realign,
+    fenced = load_avx2_realign_fenced,
+    host_unaligned = load_lines_realigned,
+    feature = "avx2,avx512f,avx512bw,avx512vbmi",
+    vector = __m256i,
+    load = _mm256_stream_load_si256,
+    store = _mm256_storeu_si256,
+    width = 32,
+    stride = 128,
+    main = [
+        "vmovntdqa ymm0, ymmword ptr [{s} + {i} + 0]",
+        "vmovntdqa ymm1, ymmword ptr [{s} + {i} + 32]",
+        "vmovntdqa ymm2, ymmword ptr [{s} + {i} + 64]",
+        "vmovntdqa ymm3, ymmword ptr [{s} + {i} + 96]";
+        "vmovdqu ymmword ptr [{d} + {i} + 0], ymm0",
+        "vmovdqu ymmword ptr [{d} + {i} + 32], ymm1",
+        "vmovdqu ymmword ptr [{d} + {i} + 64], ymm2",
+        "vmovdqu ymmword ptr [{d} + {i} + 96], ymm3",
+    ],
+    regs = ["ymm0", "ymm1", "ymm2", "ymm3"],
+}
+
+/// Byte `i` is `i % 64`: the 64 entries from `k` are the VPERMB indices that rotate a line down
+/// by `k` bytes (byte `i` of the result is byte `(i + k) % 64`).
+static ROTATIONS: [u8; 128] = {
+    let mut t = [0u8; 128];
+    let mut i = 0;
+    while i < 128 {
+        t[i] = (i % 64) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// Whole lines from a 64-aligned device address to a host address that is not 32-aligned, with
+/// every host store aligned: each device line is read once with one 64-byte streaming load
+/// (VMOVNTDQA zmm: one read per line, as the write-combining rules want) and rotated once
+/// (VPERMB) so that its bytes for the next 64-aligned host line come first; each aligned host
+/// line is then the end of one rotated line blended with the start of the next (VPBLENDMB) and
+/// stored with one aligned 64-byte store, the partial host lines at both ends with one masked
+/// store each.
+///
+/// Why: the plain kernels store each vector at its device offset's host address, so with a host
+/// side that is not 32-aligned every other 32-byte store splits a cache line, which made such
+/// loads 2-3x slower than aligned ones on the development and H100 machines' CPUs. One
+/// two-source byte shuffle per line (VPERMT2B) was tried first: it costs three micro-operations
+/// on Ice Lake and later cores and measured no faster than the split stores; a rotation and a
+/// blend are one each. Why zmm here when the selection otherwise avoids it: byte rotation of a
+/// whole line needs AVX-512 VBMI, which only CPUs without the 512-bit frequency licence penalty
+/// of Skylake-SP/Cascade Lake have (Ice Lake and later, AMD Zen 4 and later), and a 256-bit
+/// version would need two shuffles per 32 bytes (in-lane byte shifts plus a lane crossing).
+///
+/// # Safety
+/// `src` is 64-aligned, `n` a multiple of 64 (0 does nothing), `dst` writable for `n` bytes and
+/// not 64-aligned, no overlap; the CPU has AVX-512F/BW and VBMI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+#[inline(never)]
+unsafe extern "C" fn load_lines_realigned<const FENCE: bool>(
+    dst: *mut u8,
+    src: *const u8,
+    n: usize,
+) -> core::ffi::c_int {
+    debug_assert!(src.addr().is_multiple_of(64) && n.is_multiple_of(64));
+    debug_assert!(!dst.addr().is_multiple_of(64));
+    if n != 0 {
+        // SAFETY: forwarded, with `n != 0`.
+        unsafe { realign_lines(dst, src, n) };
+    }
+    if FENCE {
+        sfence();
+    }
+    // Opaque, so the fenced twin's call stays a jump.
+    super::opaque_zero()
+}
+
+/// The copy of [`load_lines_realigned`].
+///
+/// # Safety
+/// As [`load_lines_realigned`], and `n != 0`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+#[inline]
+unsafe fn realign_lines(dst: *mut u8, src: *const u8, n: usize) {
+    // Device byte `k` of each line is the first byte of a 64-aligned host line: `k` bytes of a
+    // line go to the host line before, `64 - k` to the next.
+    let k = 64 - (dst.addr() & 63);
+    // Bytes of a blended host line that come from the next device line: the last `k`.
+    let from_next: __mmask64 = !0 << (64 - k);
+    // The 64-aligned host line holding the copy's first byte starts `64 - k` bytes before `dst`;
+    // host line `i / 64` of the copy starts at `dst + i - (64 - k)`.
+    let back = 64 - k;
+    // SAFETY: every device read is one 64-aligned line inside [src, src + n). Host writes: the
+    // first masked store writes [dst, dst + k) (a masked store touches only its selected bytes;
+    // the line it names starts before `dst`, hence the wrapping pointer, but lies in the page
+    // holding `dst`), the aligned stores the lines at dst + i - back for i in [64, n), and the
+    // last masked store [dst + n - back, dst + n): all inside the range. The table read takes
+    // 64 bytes from index k < 64 of 128. The CPU features are the caller's.
+    unsafe {
+        let rotate = _mm512_loadu_si512(ROTATIONS.as_ptr().add(k).cast());
+        let mut prev = _mm512_permutexvar_epi8(rotate, _mm512_stream_load_si512(src.cast()));
+        _mm512_mask_storeu_epi8(dst.wrapping_sub(back).cast(), from_next, prev);
+        let line = |i: usize| _mm512_permutexvar_epi8(rotate, _mm512_stream_load_si512(src.add(i).cast()));
+        let mut i = 64;
+        // Two lines per round: the loads of both back to back, and no register copy between
+        // rounds but one (the previous line's rotation).
+        while i + 128 <= n {
+            let (a, b) = (line(i), line(i + 64));
+            _mm512_store_si512(dst.add(i - back).cast(), _mm512_mask_blend_epi8(from_next, prev, a));
+            _mm512_store_si512(dst.add(i + 64 - back).cast(), _mm512_mask_blend_epi8(from_next, a, b));
+            prev = b;
+            i += 128;
+        }
+        if i < n {
+            let a = line(i);
+            _mm512_store_si512(dst.add(i - back).cast(), _mm512_mask_blend_epi8(from_next, prev, a));
+            prev = a;
+        }
+        _mm512_mask_storeu_epi8(dst.add(n - back).cast(), !from_next, prev);
+    }
 }
