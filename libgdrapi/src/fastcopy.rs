@@ -268,6 +268,11 @@ unsafe extern "C" fn large<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
             return unsafe { unselected::<TO>(h, a, b, n) };
         };
         keep(h);
+        if let Some(large) = sel.large_load {
+            // SAFETY: the caller's contract, with `n >= SHORT_MAX` as the whole load needs; it
+            // fences and returns 0. A jump.
+            return unsafe { (large.fenced)(a as *mut u8, b as *const u8, n) };
+        }
         // SAFETY: the caller's contract, with `n >= SHORT_MAX` as the body needs; the fenced
         // twin has the line slot's contract, fences and returns 0.
         return unsafe { wc::load_ends_then(sel, a as *mut u8, b as *const u8, n, |h, d, len| fenced(h, d, len)) };

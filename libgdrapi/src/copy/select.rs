@@ -56,6 +56,18 @@ pub(crate) struct Selection {
     /// x86-64: the load `line` kernel's fenced twin (the kernel, the store fence, return 0), which
     /// the public fast path jumps to at the end of a load; `None` elsewhere.
     pub(crate) load_line_fenced: Option<FencedFn>,
+    /// x86-64 with AVX-512 VBMI: a whole load of at least `wc::SHORT_MAX` bytes, its partial
+    /// lines at the ends included, in one function (`x86::load_large_vbmi`); `None` elsewhere.
+    pub(crate) large_load: Option<LargeLoad>,
+}
+
+/// One function for a whole load of at least `wc::SHORT_MAX` bytes, `f(host, dev, n)`, in two
+/// forms: without the store fence (the dispatcher's) and with it (the public fast path's, which
+/// jumps there). Both return 0.
+#[derive(Clone, Copy)]
+pub(crate) struct LargeLoad {
+    pub(crate) unfenced: FencedFn,
+    pub(crate) fenced: FencedFn,
 }
 
 static SELECTION: OnceLock<Selection> = OnceLock::new();
@@ -189,6 +201,10 @@ fn build() -> Selection {
         summary: describe([sline.name, s32.name, s16.name], [lline.name, l32.name, l16.name], &extra),
         stream_chunks: sse41,
         load_line_fenced: Some(load_line_fenced),
+        large_load: vbmi.then_some(LargeLoad {
+            unfenced: x86::load_large_vbmi::<false>,
+            fenced: x86::load_large_vbmi::<true>,
+        }),
         engines: all,
     }
 }
@@ -211,6 +227,7 @@ fn build() -> Selection {
         summary: describe([s.name; 3], [l.name; 3], "cpu: aarch64 asimd (LS64 not used)"),
         stream_chunks: false,
         load_line_fenced: None,
+        large_load: None,
         engines: all,
     }
 }
@@ -230,6 +247,7 @@ fn build() -> Selection {
         summary: describe([s.name; 3], [l.name; 3], "cpu: generic"),
         stream_chunks: false,
         load_line_fenced: None,
+        large_load: None,
         engines: all,
     }
 }

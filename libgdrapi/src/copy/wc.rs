@@ -336,6 +336,11 @@ unsafe fn load_planned(host: *mut u8, dev: *const u8, n: usize) {
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
 unsafe fn load_lines_last(sel: &Selection, host: *mut u8, dev: *const u8, n: usize) {
+    if let Some(large) = sel.large_load {
+        // SAFETY: forwarded (the whole load's contract is this function's).
+        unsafe { (large.unfenced)(host, dev, n) };
+        return;
+    }
     // SAFETY: forwarded; the line slot's kernel has the line slot's contract.
     unsafe { load_ends_then(sel, host, dev, n, |h, d, len| (sel.load.line)(h, d, len)) }
 }

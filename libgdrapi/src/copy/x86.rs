@@ -555,3 +555,66 @@ unsafe fn realign_lines(dst: *mut u8, src: *const u8, n: usize) {
         _mm512_mask_storeu_epi8(dst.add(n - back).cast(), !from_next, prev);
     }
 }
+
+/// A load of at least [`super::wc::SHORT_MAX`] bytes where the CPU has AVX-512 VBMI: each
+/// partial line at the ends is one 64-byte streaming load of its line, one rotation that puts the
+/// wanted bytes where they go, and one 64-byte host store; then the whole lines between them go
+/// to the realigning line kernel (a jump). `FENCE`: the fenced twin's end (SFENCE, 0), for the
+/// public fast path; otherwise returns 0 without fencing, for the dispatcher.
+///
+/// The two end stores are whole vectors inside [host, host + n): the head's at `host`, the
+/// tail's ending at `host + n`. Their bytes beyond the partial line are the rest of that device
+/// line, not yet the right ones, and the middle's stores, which come after and cover them (the
+/// middle is at least one line, since n >= 128), overwrite them. Masked stores would write only
+/// the partial lines, but a masked store that crosses a page boundary costs a microcode assist
+/// (2 KiB loads at device +7 ran 2.5x slower with them on the development machine).
+///
+/// Why: the portable ends read 16-byte chunks and hand the bytes of the partial ones through
+/// general registers, about 30-60 instructions for the two ends of a misaligned load, which made
+/// loads of 128 bytes to 2 KiB at device +7 1.6-1.9x slower than aligned ones on the H100
+/// machine's CPU; here they are about ten, and each partial line is one device read (a line is
+/// what a streaming load fetches anyway).
+///
+/// # Safety
+/// As `wc::load_ends_then`: `dev` readable and `host` writable for `n >= 128` bytes, no
+/// overlap, `dev` inside a mapping made of whole pages; the CPU has AVX2, AVX-512F/BW and VBMI.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi")]
+#[inline(never)]
+pub(crate) unsafe extern "C" fn load_large_vbmi<const FENCE: bool>(
+    host: *mut u8,
+    dev: *const u8,
+    n: usize,
+) -> core::ffi::c_int {
+    debug_assert!(n >= 128);
+    let skip = dev.addr() & 63;
+    let before = (64 - skip) & 63;
+    let after = (dev.addr() + n) & 63;
+    // SAFETY: the device reads are the 64-aligned lines holding the first and the last byte of
+    // the range (same pages, inside the mapping); the end stores write [host, host + 64) and
+    // [host + n - 64, host + n), inside the range as n >= 128, and the middle's stores cover
+    // their bytes past the partial lines ([before, 64) and [n - 64, n - after) lie in
+    // [before, n - after), which is at least 64 bytes long); the table reads take 64 bytes from an
+    // index below 64 of 128. The middle has the line kernel's contract: 64-aligned device side,
+    // whole lines.
+    unsafe {
+        if before != 0 {
+            let line = _mm512_stream_load_si512(dev.sub(skip).cast());
+            // Byte i is line byte i + skip: the head's bytes first.
+            let rotate = _mm512_loadu_si512(ROTATIONS.as_ptr().add(skip).cast());
+            _mm512_storeu_si512(host.cast(), _mm512_permutexvar_epi8(rotate, line));
+        }
+        if after != 0 {
+            let line = _mm512_stream_load_si512(dev.add(n - after).cast());
+            // Byte 64 - after + j is line byte j: the tail's bytes last.
+            let rotate = _mm512_loadu_si512(ROTATIONS.as_ptr().add(after).cast());
+            _mm512_storeu_si512(host.add(n - 64).cast(), _mm512_permutexvar_epi8(rotate, line));
+        }
+        let (h, d, len) = (host.add(before), dev.add(before), n - before - after);
+        if FENCE {
+            load_avx2_realign_fenced(h, d, len)
+        } else {
+            load_avx2_realign(h, d, len);
+            super::opaque_zero()
+        }
+    }
+}
