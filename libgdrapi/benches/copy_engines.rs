@@ -389,10 +389,13 @@ enum Method {
     /// through a function pointer): the call boundary a C caller pays, without the public call's
     /// checks, so public minus this is what the library's own layer costs.
     DispatchCalled,
-    /// A library's public `gdr_copy_*` on its own mapping of the same device memory.
+    /// A library's public `gdr_copy_*` on its own mapping of the same device memory, with extra
+    /// device/host offsets (0, 0 but for the misaligned column of ours).
     Public {
         label: String,
         m: BarMapping,
+        dev_off: usize,
+        host_off: usize,
     },
 }
 
@@ -492,16 +495,20 @@ impl Method {
                 }
             }
             // `dev` is our mapping; the library copies at the same offset of its own mapping.
-            (Method::Public { m, .. }, Direction::ToDevice) => {
+            (Method::Public { m, dev_off, host_off, .. }, Direction::ToDevice) => {
+                // SAFETY: as said at the top of `run`.
+                let (bar, host) = unsafe { (m.bar.add(*dev_off), host.add(*host_off)) };
                 for _ in 0..iters {
                     // SAFETY: as said at the top of `run`.
-                    unsafe { (m.copy_to)(m.mh, opaque(m.bar).cast(), opaque(host).cast(), opaque(len)) };
+                    unsafe { (m.copy_to)(m.mh, opaque(bar).cast(), opaque(host).cast(), opaque(len)) };
                 }
             }
-            (Method::Public { m, .. }, Direction::FromDevice) => {
+            (Method::Public { m, dev_off, host_off, .. }, Direction::FromDevice) => {
+                // SAFETY: as said at the top of `run`.
+                let (bar, host) = unsafe { (m.bar.add(*dev_off), host.add(*host_off)) };
                 for _ in 0..iters {
                     // SAFETY: as said at the top of `run`.
-                    unsafe { (m.copy_from)(m.mh, opaque(host).cast(), opaque(m.bar).cast(), opaque(len)) };
+                    unsafe { (m.copy_from)(m.mh, opaque(host).cast(), opaque(bar).cast(), opaque(len)) };
                 }
             }
         }
@@ -711,6 +718,9 @@ fn paired(a: &Method, b: &Method, len: usize, on: &PairedOn<'_>) -> Stat {
     Stat { med: pick(0.5), p10: pick(0.1), p90: pick(0.9) }
 }
 
+/// Label of our misaligned public column (device +7, host +3).
+const MISALIGNED_PUBLIC: &str = "public dev+7 host+3";
+
 /// Where [`summary`] may run its paired measurements.
 struct PairedOn<'a> {
     dir: Direction,
@@ -724,12 +734,16 @@ struct PairedOn<'a> {
 /// public-dispatcher and public-other differences ([`paired`]).
 fn summary(what: &str, methods: &[Method], rows: &[(usize, Vec<Option<f64>>)], on: &PairedOn<'_>) {
     let col = |want: &dyn Fn(&Method) -> bool| methods.iter().position(want);
-    let Some(public) = col(&|m| matches!(m, Method::Public { label, .. } if label.starts_with("public"))) else {
+    let aligned_public =
+        |m: &Method| matches!(m, Method::Public { label, dev_off: 0, host_off: 0, .. } if label.starts_with("public"));
+    let Some(public) = col(&aligned_public) else {
         return;
     };
     let dispatch = col(&|m| matches!(m, Method::Dispatch { dev_off: 0, host_off: 0 }));
     let other = col(&|m| matches!(m, Method::Public { label, .. } if label.starts_with("other")));
     let called = col(&|m| matches!(m, Method::DispatchCalled));
+    let misaligned = col(&|m| matches!(m, Method::Public { label, .. } if label.starts_with(MISALIGNED_PUBLIC)));
+    let misaligned_dispatch = col(&|m| matches!(m, Method::Dispatch { dev_off: 7, host_off: 3 }));
     println!();
     for (len, row) in rows {
         let ns = |i: Option<usize>| i.and_then(|i| row[i]).map(|gbs| *len as f64 / gbs);
@@ -751,6 +765,10 @@ fn summary(what: &str, methods: &[Method], rows: &[(usize, Vec<Option<f64>>)], o
             });
             line += &format!(", other {o:.2} ns (speed x{:.2}{po})", o / p);
         }
+        // Misaligned (device +7, host +3) over aligned time, same size: public and dispatcher.
+        if let (Some(mp), Some(md), Some(d)) = (ns(misaligned), ns(misaligned_dispatch), ns(dispatch)) {
+            line += &format!(", misaligned/aligned time: public x{:.2}, dispatcher x{:.2}", mp / p, md / d);
+        }
         println!("{line}");
     }
 }
@@ -770,7 +788,7 @@ fn run_threads(maps: &[BarMapping], n: usize, public: bool, dir: Direction, len:
                 s.spawn(move || {
                     let host = Heap::new(len + 64);
                     let method = if public {
-                        Method::Public { label: String::new(), m }
+                        Method::Public { label: String::new(), m, dev_off: 0, host_off: 0 }
                     } else {
                         Method::Dispatch { dev_off: 0, host_off: 0 }
                     };
@@ -981,14 +999,23 @@ fn main() {
             ];
             methods.extend(engines.iter().filter(|e| e.dir == dir).map(|e| Method::Engine(*e)));
             if *is_bar {
+                let public = |label: String, m: &BarMapping| Method::Public { label, m: *m, dev_off: 0, host_off: 0 };
                 if let Ok((lib, _, m)) = &ours {
-                    methods.push(Method::Public { label: format!("public gdr_copy (ours {})", lib.version), m: *m });
+                    methods.push(public(format!("public gdr_copy (ours {})", lib.version), m));
+                    // The misaligned public call, as users make it (same offsets as the
+                    // dispatcher's misaligned column).
+                    methods.push(Method::Public {
+                        label: format!("{MISALIGNED_PUBLIC} (ours {})", lib.version),
+                        m: *m,
+                        dev_off: 7,
+                        host_off: 3,
+                    });
                 }
                 if let Ok(m) = &linked {
-                    methods.push(Method::Public { label: "public gdr_copy (ours, linked)".into(), m: *m });
+                    methods.push(public("public gdr_copy (ours, linked)".into(), m));
                 }
                 if let Some(Ok((m, _, version))) = &other {
-                    methods.push(Method::Public { label: format!("other gdr_copy ({version})"), m: *m });
+                    methods.push(public(format!("other gdr_copy ({version})"), m));
                 }
             }
             let what = match dir {

@@ -201,10 +201,8 @@ fn build() -> Selection {
         summary: describe([sline.name, s32.name, s16.name], [lline.name, l32.name, l16.name], &extra),
         stream_chunks: sse41,
         load_line_fenced: Some(load_line_fenced),
-        large_load: vbmi.then_some(LargeLoad {
-            unfenced: x86::load_large_vbmi::<false>,
-            fenced: x86::load_large_vbmi::<true>,
-        }),
+        large_load: vbmi
+            .then_some(LargeLoad { unfenced: x86::load_large_vbmi::<false>, fenced: x86::load_large_vbmi::<true> }),
         engines: all,
     }
 }

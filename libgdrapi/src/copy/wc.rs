@@ -247,6 +247,37 @@ pub(crate) unsafe fn load_small(host: *mut u8, dev: *const u8, n: usize) {
     }
 }
 
+/// [`load_small`] with the chunks inline too (x86-64), for a caller that is out of line itself and
+/// reached by a jump (the public fast path's small helper): a load across an 8-byte boundary then
+/// costs no call.
+///
+/// # Safety
+/// As [`load_small`].
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn load_small_leaf(host: *mut u8, dev: *const u8, n: usize) {
+    let head = dev.addr() & 15;
+    let word = dev.addr() & 7;
+    // SAFETY: as in `load_small`; `bounce_x86` gets `skip + count <= 16`.
+    unsafe {
+        if word + n <= 8 {
+            let v = u64::from_le(dev.sub(word).cast::<u64>().read_volatile()) >> (8 * word);
+            write_low_bytes(host, v, n);
+        } else {
+            // Without a selection (not after `gdr_open`, which makes it) plain MOVDQA, valid on
+            // every x86-64 CPU: no initialising call here.
+            let stream = chunk_streaming().unwrap_or(false);
+            if head + n <= 16 {
+                bounce_x86(stream, dev.sub(head), head, host, n);
+            } else {
+                let first = 16 - head;
+                bounce_x86(stream, dev.sub(head), head, host, first);
+                bounce_x86(stream, dev.add(first), 0, host.add(first), n - first);
+            }
+        }
+    }
+}
+
 /// [`load_small`] across an 8-byte boundary: one or two aligned 16-byte chunks. Out of line, so
 /// that the one-word case needs no saved registers.
 ///
