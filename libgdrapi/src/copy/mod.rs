@@ -20,8 +20,9 @@
 //! Upstream switches to `memcpy` for the 8-byte aligned bulk of a `Device` copy; `memcpy` may
 //! use wider, pair or unaligned accesses, so we keep to single 8-byte accesses there.
 //!
-//! Engine choice is made once per process (`select.rs`, which also explains why AVX-512 is not
-//! selected); the per-call split into head, line bulk and tail is the pure function [`plan_wc`].
+//! Engine choice is made once per process (`select.rs`, which also explains why AVX-512 is
+//! selected only for realigning loads on CPUs with VBMI); the per-call split into head, line bulk
+//! and tail is the pure function [`plan_wc`].
 
 // The engine table (`engines`, `Engine::width`, the raw kind values) serves the benchmark (feature
 // `bench-internals`) and the unit tests; the library itself only dispatches.

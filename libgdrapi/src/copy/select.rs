@@ -29,6 +29,11 @@
 //!   published V100 figure is 0.53 GB/s), a hundred times below any of these kernels, so the
 //!   difference cannot show, and the frequency-licence risk above remains. Upstream 2.6 does not
 //!   select AVX-512 either.
+//! - the one use of zmm: where the CPU has AVX-512 VBMI (which no CPU with the licence drop has),
+//!   the load `line` slot is AVX2 VMOVNTDQA with a realigning path for host sides that are not
+//!   32-aligned (`x86::load_lines_realigned`: split host stores made such loads 2-3x slower), and
+//!   a whole load of 128 bytes and up is one function ([`Selection::large_load`]) whose partial end
+//!   lines are one zmm streaming load each.
 //!
 //! The benchmark (`benches/copy_engines.rs`) times every kernel, so these choices can be
 //! revisited with measurements on a real BAR.
