@@ -232,19 +232,8 @@ pub(crate) unsafe fn load_short_body(host: *mut u8, dev: *const u8, n: usize, st
 /// As [`load`], and `1 <= n < 16`.
 #[inline(always)]
 pub(crate) unsafe fn load_small(host: *mut u8, dev: *const u8, n: usize) {
-    let head = dev.addr() & 15;
-    let word = dev.addr() & 7;
-    // SAFETY: every device read (an aligned word or chunk) holds at least one byte of
-    // [dev, dev + n), so it lies in the same page, inside the mapping; host writes stay inside
-    // [host, host + n).
-    unsafe {
-        if word + n <= 8 {
-            let v = u64::from_le(dev.sub(word).cast::<u64>().read_volatile()) >> (8 * word);
-            write_low_bytes(host, v, n);
-        } else {
-            load_small_chunks(host, dev, n, head);
-        }
-    }
+    // SAFETY: forwarded; the chunk path gets what `load_small_chunks` needs.
+    unsafe { load_small_then(host, dev, n, |host, dev, n, head| load_small_chunks(host, dev, n, head)) }
 }
 
 /// [`load_small`] with the chunks inline too (x86-64), for a caller that is out of line itself and
@@ -256,25 +245,38 @@ pub(crate) unsafe fn load_small(host: *mut u8, dev: *const u8, n: usize) {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) unsafe fn load_small_leaf(host: *mut u8, dev: *const u8, n: usize) {
-    let head = dev.addr() & 15;
-    let word = dev.addr() & 7;
-    // SAFETY: as in `load_small`; `bounce_x86` gets `skip + count <= 16`.
+    // SAFETY: forwarded. Without a selection (not after `gdr_open`, which makes it) plain MOVDQA,
+    // valid on every x86-64 CPU: no initialising call here.
     unsafe {
-        if word + n <= 8 {
+        load_small_then(host, dev, n, |host, dev, n, head| {
+            let stream = chunk_streaming().unwrap_or(false);
+            small_chunks(host, dev, n, head, |chunk, skip, host, n| bounce_x86(stream, chunk, skip, host, n))
+        })
+    }
+}
+
+/// The body of [`load_small`]: one aligned 8-byte read when the range lies in one 8-byte word,
+/// else `chunks(host, dev, n, dev % 16)`.
+///
+/// # Safety
+/// As [`load_small`]; `chunks` does a load of 1-15 bytes across an 8-byte boundary.
+#[inline(always)]
+unsafe fn load_small_then(
+    host: *mut u8,
+    dev: *const u8,
+    n: usize,
+    chunks: impl FnOnce(*mut u8, *const u8, usize, usize),
+) {
+    let word = dev.addr() & 7;
+    if word + n <= 8 {
+        // SAFETY: the aligned word holds a byte of [dev, dev + n), so it lies in the same page,
+        // inside the mapping; host writes stay inside [host, host + n).
+        unsafe {
             let v = u64::from_le(dev.sub(word).cast::<u64>().read_volatile()) >> (8 * word);
             write_low_bytes(host, v, n);
-        } else {
-            // Without a selection (not after `gdr_open`, which makes it) plain MOVDQA, valid on
-            // every x86-64 CPU: no initialising call here.
-            let stream = chunk_streaming().unwrap_or(false);
-            if head + n <= 16 {
-                bounce_x86(stream, dev.sub(head), head, host, n);
-            } else {
-                let first = 16 - head;
-                bounce_x86(stream, dev.sub(head), head, host, first);
-                bounce_x86(stream, dev.add(first), 0, host.add(first), n - first);
-            }
         }
+    } else {
+        chunks(host, dev, n, dev.addr() & 15);
     }
 }
 
@@ -286,14 +288,34 @@ pub(crate) unsafe fn load_small_leaf(host: *mut u8, dev: *const u8, n: usize) {
 #[inline(never)]
 unsafe fn load_small_chunks(host: *mut u8, dev: *const u8, n: usize, head: usize) {
     let sel = select::get();
-    // SAFETY: as in `load_small`.
+    // SAFETY: forwarded; `bounce` has `small_chunks`'s contract for `chunk_to`.
+    unsafe { small_chunks(host, dev, n, head, |chunk, skip, host, n| bounce(sel, chunk, skip, host, n)) }
+}
+
+/// The chunks of a load of 1-15 bytes: the aligned 16-byte chunk holding `dev`, and the next one
+/// when the range straddles both, each through `chunk_to(chunk, skip, host, count)` ([`bounce`]'s
+/// signature and contract).
+///
+/// # Safety
+/// As [`load_small`]; `head` is `dev % 16`.
+#[inline(always)]
+unsafe fn small_chunks(
+    host: *mut u8,
+    dev: *const u8,
+    n: usize,
+    head: usize,
+    chunk_to: impl Fn(*const u8, usize, *mut u8, usize),
+) {
+    // SAFETY: every device read (an aligned chunk) holds at least one byte of [dev, dev + n), so
+    // it lies in the same page, inside the mapping; host writes stay inside [host, host + n);
+    // each call gets `skip + count <= 16`.
     unsafe {
         if head + n <= 16 {
-            bounce(sel, dev.sub(head), head, host, n);
+            chunk_to(dev.sub(head), head, host, n);
         } else {
             let first = 16 - head;
-            bounce(sel, dev.sub(head), head, host, first);
-            bounce(sel, dev.add(first), 0, host.add(first), n - first);
+            chunk_to(dev.sub(head), head, host, first);
+            chunk_to(dev.add(first), 0, host.add(first), n - first);
         }
     }
 }

@@ -385,30 +385,44 @@ simd_kernel! {
     regs = ["xmm0", "xmm1", "xmm2", "xmm3"],
 }
 
-simd_kernel! {
+/// The AVX2 streaming-load kernel's parameters, shared by [`load_avx2`] and
+/// [`load_avx2_realign`] (which adds the realigning path and its features).
+macro_rules! avx2_load_kernel {
+    ($(#[$doc:meta])* $name:ident, fenced = $fenced:ident, $(host_unaligned = $realign:ident,)? feature = $feature:literal) => {
+        simd_kernel! {
+            $(#[$doc])*
+            load fn $name,
+            fenced = $fenced,
+            $(host_unaligned = $realign,)?
+            feature = $feature,
+            vector = __m256i,
+            load = _mm256_stream_load_si256,
+            store = _mm256_storeu_si256,
+            width = 32,
+            stride = 128,
+            main = [
+                "vmovntdqa ymm0, ymmword ptr [{s} + {i} + 0]",
+                "vmovntdqa ymm1, ymmword ptr [{s} + {i} + 32]",
+                "vmovntdqa ymm2, ymmword ptr [{s} + {i} + 64]",
+                "vmovntdqa ymm3, ymmword ptr [{s} + {i} + 96]";
+                "vmovdqu ymmword ptr [{d} + {i} + 0], ymm0",
+                "vmovdqu ymmword ptr [{d} + {i} + 32], ymm1",
+                "vmovdqu ymmword ptr [{d} + {i} + 64], ymm2",
+                "vmovdqu ymmword ptr [{d} + {i} + 96], ymm3",
+            ],
+            regs = ["ymm0", "ymm1", "ymm2", "ymm3"],
+        }
+    };
+}
+
+avx2_load_kernel! {
     /// 32-byte VMOVNTDQA (ymm) streaming loads, 4 (two lines) per iteration.
     ///
     /// # Safety
     /// Module contract with width 32 (`src` is the device side); the CPU has AVX2.
-    load fn load_avx2,
+    load_avx2,
     fenced = load_avx2_fenced,
-    feature = "avx2",
-    vector = __m256i,
-    load = _mm256_stream_load_si256,
-    store = _mm256_storeu_si256,
-    width = 32,
-    stride = 128,
-    main = [
-        "vmovntdqa ymm0, ymmword ptr [{s} + {i} + 0]",
-        "vmovntdqa ymm1, ymmword ptr [{s} + {i} + 32]",
-        "vmovntdqa ymm2, ymmword ptr [{s} + {i} + 64]",
-        "vmovntdqa ymm3, ymmword ptr [{s} + {i} + 96]";
-        "vmovdqu ymmword ptr [{d} + {i} + 0], ymm0",
-        "vmovdqu ymmword ptr [{d} + {i} + 32], ymm1",
-        "vmovdqu ymmword ptr [{d} + {i} + 64], ymm2",
-        "vmovdqu ymmword ptr [{d} + {i} + 96], ymm3",
-    ],
-    regs = ["ymm0", "ymm1", "ymm2", "ymm3"],
+    feature = "avx2"
 }
 
 simd_kernel! {
@@ -433,7 +447,7 @@ simd_kernel! {
     regs = ["zmm0", "zmm1"],
 }
 
-simd_kernel! {
+avx2_load_kernel! {
     /// [`load_avx2`], but a host side that is not 32-aligned goes to [`load_lines_realigned`]:
     /// the line kernel selected where the CPU has AVX-512 VBMI. With an aligned host side it is
     /// exactly `load_avx2` (one test more per call).
@@ -441,26 +455,10 @@ simd_kernel! {
     /// # Safety
     /// Module contract with width 64 (`src` is the device side; the realigning path needs whole
     /// lines); the CPU has AVX2, AVX-512F/BW and AVX-512 VBMI.
-    load fn load_avx2_realign,
+    load_avx2_realign,
     fenced = load_avx2_realign_fenced,
     host_unaligned = load_lines_realigned,
-    feature = "avx2,avx512f,avx512bw,avx512vbmi",
-    vector = __m256i,
-    load = _mm256_stream_load_si256,
-    store = _mm256_storeu_si256,
-    width = 32,
-    stride = 128,
-    main = [
-        "vmovntdqa ymm0, ymmword ptr [{s} + {i} + 0]",
-        "vmovntdqa ymm1, ymmword ptr [{s} + {i} + 32]",
-        "vmovntdqa ymm2, ymmword ptr [{s} + {i} + 64]",
-        "vmovntdqa ymm3, ymmword ptr [{s} + {i} + 96]";
-        "vmovdqu ymmword ptr [{d} + {i} + 0], ymm0",
-        "vmovdqu ymmword ptr [{d} + {i} + 32], ymm1",
-        "vmovdqu ymmword ptr [{d} + {i} + 64], ymm2",
-        "vmovdqu ymmword ptr [{d} + {i} + 96], ymm3",
-    ],
-    regs = ["ymm0", "ymm1", "ymm2", "ymm3"],
+    feature = "avx2,avx512f,avx512bw,avx512vbmi"
 }
 
 /// Byte `i` is `i % 64`: the 64 entries from `k` are the VPERMB indices that rotate a line down
