@@ -223,25 +223,10 @@ unsafe extern "C" fn small<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
         b,
         // SAFETY: the caller's contract (a device range of 1-15 bytes inside the mapping).
         |dev, host| unsafe { aligned::to_device(dev, host, n) },
+        // A leaf reached by a jump: the chunks of a load across an 8-byte word inline, no call.
         // SAFETY: as above.
-        |host, dev| unsafe { load_small(host, dev, n) },
+        |host, dev| unsafe { wc::load_small_leaf(host, dev, n) },
     )
-}
-
-/// The load of [`small`]: on x86-64 with the chunks inline ([`wc::load_small_leaf`]: `small` is
-/// a leaf reached by a jump, so a load across an 8-byte boundary needs no call).
-///
-/// # Safety
-/// As [`wc::load_small`].
-#[inline(always)]
-unsafe fn load_small(host: *mut u8, dev: *const u8, n: usize) {
-    // SAFETY: forwarded.
-    unsafe {
-        #[cfg(target_arch = "x86_64")]
-        wc::load_small_leaf(host, dev, n);
-        #[cfg(not(target_arch = "x86_64"))]
-        wc::load_small(host, dev, n);
-    }
 }
 
 /// A short copy (16 bytes up to [`wc::SHORT_MAX`]), inline in the export: 16-byte steps between

@@ -118,7 +118,7 @@ pub(crate) const HELPER_NAME: &str = "aligned 1-8B";
 
 /// Name of the load line kernel that realigns host stores (x86-64 with AVX-512 VBMI).
 #[cfg(target_arch = "x86_64")]
-const REALIGN_NAME: &str = "AVX2 VMOVNTDQA + VBMI realign";
+pub(super) const REALIGN_NAME: &str = "AVX2 VMOVNTDQA + VBMI realign";
 
 fn describe(store: [&str; 3], load: [&str; 3], extra: &str) -> String {
     format!(
@@ -137,7 +137,7 @@ fn build() -> Selection {
     let avx = std::arch::is_x86_feature_detected!("avx");
     let avx2 = std::arch::is_x86_feature_detected!("avx2");
     let avx512f = std::arch::is_x86_feature_detected!("avx512f");
-    // The realigning line load needs AVX-512F/BW (zmm loads and stores) and VBMI (VPERMT2B).
+    // The realigning loads need AVX-512F/BW (zmm loads, stores and blends) and VBMI (VPERMB).
     let vbmi = avx2
         && avx512f
         && std::arch::is_x86_feature_detected!("avx512bw")

@@ -236,15 +236,15 @@ pub(crate) unsafe fn load_small(host: *mut u8, dev: *const u8, n: usize) {
     unsafe { load_small_then(host, dev, n, |host, dev, n, head| load_small_chunks(host, dev, n, head)) }
 }
 
-/// [`load_small`] with the chunks inline too (x86-64), for a caller that is out of line itself and
-/// reached by a jump (the public fast path's small helper): a load across an 8-byte boundary then
-/// costs no call.
+/// [`load_small`] with the chunks inline too (x86-64; elsewhere `load_small` itself), for a caller
+/// that is out of line itself and reached by a jump (the public fast path's small helper): a load
+/// across an 8-byte boundary then costs no call.
 ///
 /// # Safety
 /// As [`load_small`].
-#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) unsafe fn load_small_leaf(host: *mut u8, dev: *const u8, n: usize) {
+    #[cfg(target_arch = "x86_64")]
     // SAFETY: forwarded. Without a selection (not after `gdr_open`, which makes it) plain MOVDQA,
     // valid on every x86-64 CPU: no initialising call here.
     unsafe {
@@ -252,6 +252,11 @@ pub(crate) unsafe fn load_small_leaf(host: *mut u8, dev: *const u8, n: usize) {
             let stream = chunk_streaming().unwrap_or(false);
             small_chunks(host, dev, n, head, |chunk, skip, host, n| bounce_x86(stream, chunk, skip, host, n))
         })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: forwarded.
+    unsafe {
+        load_small(host, dev, n)
     }
 }
 

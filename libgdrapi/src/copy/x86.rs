@@ -514,7 +514,7 @@ unsafe extern "C" fn load_lines_realigned<const FENCE: bool>(
     super::opaque_zero()
 }
 
-/// The copy of [`load_lines_realigned`].
+/// The copying part of [`load_lines_realigned`] (a non-empty copy).
 ///
 /// # Safety
 /// As [`load_lines_realigned`], and `n != 0`.
