@@ -217,6 +217,15 @@ unsafe fn single<const TO: bool, const W: usize>(dev: usize, host: usize) -> c_i
 /// announcement keeps ours, `1 <= n < 16`; the host side as in [`copy`].
 #[inline(never)]
 unsafe extern "C" fn small<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
+    #[cfg(target_arch = "x86_64")]
+    if !TO
+        && (b & 7) + n > 8
+        && let Some(span) = crate::copy::select::ready().and_then(|s| s.span_load)
+    {
+        keep(h);
+        // SAFETY: the caller's contract; the span load fences and returns 0. A jump.
+        return unsafe { (span.fenced)(a as *mut u8, b as *const u8, n) };
+    }
     copy_then_fence::<TO>(
         h,
         a,
@@ -238,6 +247,13 @@ unsafe extern "C" fn small<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
 /// As [`small`], but `16 <= n < wc::SHORT_MAX`.
 #[inline(always)]
 unsafe fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
+    #[cfg(target_arch = "x86_64")]
+    if !TO
+        && let Some(span) = crate::copy::select::ready().and_then(|s| s.span_load)
+    {
+        // SAFETY: the caller's contract; the span load fences and returns 0. A jump.
+        return unsafe { (span.fenced)(a as *mut u8, b as *const u8, n) };
+    }
     let Some(stream) = wc::chunk_streaming() else {
         // SAFETY: forwarded.
         return unsafe { unselected::<TO>(h, a, b, n) };
@@ -269,6 +285,12 @@ unsafe extern "C" fn large<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
             return unsafe { unselected::<TO>(h, a, b, n) };
         };
         keep(h);
+        if n < crate::copy::select::SPAN_MAX
+            && let Some(span) = sel.span_load
+        {
+            // SAFETY: the caller's contract; fences and returns 0. A jump.
+            return unsafe { (span.fenced)(a as *mut u8, b as *const u8, n) };
+        }
         if let Some(large) = sel.large_load {
             // SAFETY: the caller's contract, with `n >= SHORT_MAX` as the whole load needs; it
             // fences and returns 0. A jump.

@@ -277,6 +277,37 @@ fn the_realigning_line_load_copies_at_every_host_offset() {
     }
 }
 
+/// The realigned load (any length, any offsets; selected where the CPU has AVX-512 VBMI) at every
+/// pair of device and host offsets in a line, every length to three lines and some longer ones,
+/// plus host ranges that end at, straddle or start at a page boundary: its first and last host
+/// lines are masked stores, the lines between aligned ones, and every device line it reads must
+/// hold a byte of the range.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_span_load_copies_at_every_offset_pair() {
+    let Some(realigned) = super::select::get().span_load else {
+        println!("SKIP: the CPU has no AVX-512 VBMI, so no realigned load");
+        return;
+    };
+    let mut h = Harness::new(7);
+    let mut f = |d: *mut u8, s: *const u8, n: usize| {
+        // SAFETY: the harness's own disjoint buffers, n >= 1; selected, so the CPU has VBMI.
+        unsafe { (realigned.unfenced)(d, s, n) };
+    };
+    for dev_off in 0..64 {
+        for host_off in 0..64 {
+            for len in (1..=192).chain([255, 256, 257, 1000, 4097]) {
+                h.case(Direction::FromDevice, dev_off, host_off, len, "realigned", &mut f);
+            }
+        }
+    }
+    for host_off in [4096 - 64, 4096 - 40, 4096 - 3, 4096 + 5] {
+        for len in [1, 3, 8, 40, 64, 100, 300] {
+            h.case(Direction::FromDevice, 7, host_off - len.min(host_off) / 2, len, "realigned", &mut f);
+        }
+    }
+}
+
 #[derive(Debug, PartialEq, Eq)]
 struct Seg {
     op: Op,

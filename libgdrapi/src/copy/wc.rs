@@ -190,8 +190,15 @@ pub(crate) unsafe fn load_body(host: *mut u8, dev: *const u8, n: usize) {
 /// As [`load`], and `16 <= n < SHORT_MAX`.
 #[inline(never)]
 unsafe fn load_short(host: *mut u8, dev: *const u8, n: usize) {
-    // SAFETY: forwarded.
-    unsafe { load_short_body(host, dev, n, select::get().stream_chunks) }
+    let sel = select::get();
+    // SAFETY: forwarded (the span load takes any load).
+    unsafe {
+        if let Some(span) = sel.span_load {
+            (span.unfenced)(host, dev, n);
+        } else {
+            load_short_body(host, dev, n, sel.stream_chunks)
+        }
+    }
 }
 
 /// Whether chunk reads stream (MOVNTDQA), once the engine selection is made (`gdr_open` makes it,
@@ -293,8 +300,15 @@ unsafe fn load_small_then(
 #[inline(never)]
 unsafe fn load_small_chunks(host: *mut u8, dev: *const u8, n: usize, head: usize) {
     let sel = select::get();
-    // SAFETY: forwarded; `bounce` has `small_chunks`'s contract for `chunk_to`.
-    unsafe { small_chunks(host, dev, n, head, |chunk, skip, host, n| bounce(sel, chunk, skip, host, n)) }
+    // SAFETY: forwarded (the span load takes any load); `bounce` has `small_chunks`'s contract
+    // for `chunk_to`.
+    unsafe {
+        if let Some(span) = sel.span_load {
+            (span.unfenced)(host, dev, n);
+        } else {
+            small_chunks(host, dev, n, head, |chunk, skip, host, n| bounce(sel, chunk, skip, host, n))
+        }
+    }
 }
 
 /// The chunks of a load of 1-15 bytes: the aligned 16-byte chunk holding `dev`, and the next one
@@ -394,6 +408,14 @@ unsafe fn load_planned(host: *mut u8, dev: *const u8, n: usize) {
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
 unsafe fn load_lines_last(sel: &Selection, host: *mut u8, dev: *const u8, n: usize) {
+    if n < select::SPAN_MAX
+        && !is_whole_lines(dev.addr(), n)
+        && let Some(span) = sel.span_load
+    {
+        // SAFETY: forwarded (the span load takes any load).
+        unsafe { (span.unfenced)(host, dev, n) };
+        return;
+    }
     if let Some(large) = sel.large_load {
         // SAFETY: forwarded (the whole load's contract is this function's).
         unsafe { (large.unfenced)(host, dev, n) };

@@ -621,3 +621,92 @@ pub(crate) unsafe extern "C" fn load_large_vbmi<const FENCE: bool>(
         }
     }
 }
+
+/// Byte `i` is `i`: the 64 entries from `k` are the byte indices that move device byte `k + i`
+/// of a pair of lines to byte `i` (VPERMT2B reads the low 7 bits of an index, VPERMB the low 6,
+/// so the same entries rotate a single line).
+static SHIFTS: [u8; 128] = {
+    let mut t = [0u8; 128];
+    let mut i = 0;
+    while i < 128 {
+        t[i] = i as u8;
+        i += 1;
+    }
+    t
+};
+
+/// A load of any length from any device address where the CPU has AVX-512 VBMI, output first:
+/// each 64 bytes of the host side are one two-line byte shuffle (VPERMT2B) of the device lines
+/// they come from, each device line is read once with one 64-byte streaming load (one read per
+/// line, as the write-combining rules want), and the last 1-64 bytes are one masked store.
+/// `FENCE` as [`load_large_vbmi`].
+///
+/// Why: below two lines a misaligned load was a string of 16-byte chunks, each handed to the host
+/// through general registers (up to 30 instructions for the ends alone); here a load of up to 64
+/// bytes is one or two device reads, one shuffle and one store, with no saved register and no
+/// stack frame. From a few lines up the realigning kernels win (aligned host stores, one-micro-op
+/// shuffles: this one is three), so [`Selection::span_load`](super::select::Selection) is used
+/// below [`super::select::SPAN_MAX`] only.
+///
+/// A masked store whose 64 bytes cross a page boundary takes a microcode assist (6-12 ns on the
+/// development machine, against 0.5 ns), so where the last store's vector would cross one, its
+/// bytes are rotated once more and stored as two masked stores at the 64-aligned lines on either
+/// side of the boundary.
+///
+/// # Safety
+/// `dev` readable and `host` writable for `n >= 1` bytes, no overlap, `dev` inside a mapping made
+/// of whole pages; the CPU has AVX-512F/BW, VBMI and BMI2.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,bmi2")]
+#[inline(never)]
+pub(crate) unsafe extern "C" fn load_span_vbmi<const FENCE: bool>(
+    host: *mut u8,
+    dev: *const u8,
+    n: usize,
+) -> core::ffi::c_int {
+    debug_assert!(n >= 1);
+    let skip = dev.addr() & 63;
+    // SAFETY: every device read is a 64-aligned line holding a byte of [dev, dev + n) (the first
+    // holds `dev`; a next one is read only while bytes of the range remain past the current line:
+    // `left > 64`, or `skip + left > 64`), so it lies in the same page, inside the mapping. Host
+    // writes: whole 64-byte stores while more than 64 bytes remain, then `left` bytes, all inside
+    // [host, host + n) (the page-crossing case: the bytes before the boundary and the bytes from
+    // it). The table reads take 64 bytes from an index below 64 of 128.
+    unsafe {
+        let shift = _mm512_loadu_si512(SHIFTS.as_ptr().add(skip).cast());
+        let mut line = dev.sub(skip);
+        let mut out = host;
+        let mut left = n;
+        let mut a = _mm512_stream_load_si512(line.cast());
+        while left > 64 {
+            let b = _mm512_stream_load_si512(line.add(64).cast());
+            _mm512_storeu_si512(out.cast(), _mm512_permutex2var_epi8(a, shift, b));
+            a = b;
+            line = line.add(64);
+            out = out.add(64);
+            left -= 64;
+        }
+        let last = if skip + left > 64 {
+            _mm512_permutex2var_epi8(a, shift, _mm512_stream_load_si512(line.add(64).cast()))
+        } else {
+            _mm512_permutexvar_epi8(shift, a)
+        };
+        let mask: __mmask64 = _bzhi_u64(u64::MAX, left as u32);
+        let to_page_end = 4096 - (out.addr() & 4095);
+        if to_page_end >= 64 {
+            _mm512_mask_storeu_epi8(out.cast(), mask, last);
+        } else {
+            std::hint::cold_path();
+            // Byte j of `turned` is byte j + to_page_end (mod 64) of `last`: stored at the line
+            // ending at the boundary, its last `to_page_end` bytes are the ones before it; stored
+            // at the line starting there, its first ones are the rest.
+            let turned = _mm512_permutexvar_epi8(_mm512_loadu_si512(SHIFTS.as_ptr().add(to_page_end).cast()), last);
+            let boundary = out.add(to_page_end);
+            _mm512_mask_storeu_epi8(boundary.wrapping_sub(64).cast(), mask << (64 - to_page_end), turned);
+            _mm512_mask_storeu_epi8(boundary.cast(), mask >> to_page_end, turned);
+        }
+    }
+    if FENCE {
+        sfence();
+    }
+    super::opaque_zero()
+}
