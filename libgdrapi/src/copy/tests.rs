@@ -407,10 +407,17 @@ fn copy_detect_is_stable_and_selection_consistent() {
         if std::arch::is_x86_feature_detected!("sse4.1") {
             assert!(a.contains("16B SSE4.1 MOVNTDQA"), "{a}");
         }
-        // With VBMI the load line slot realigns misaligned host sides (the one zmm user).
-        if std::arch::is_x86_feature_detected!("avx512vbmi") && std::arch::is_x86_feature_detected!("avx512bw") {
-            assert!(a.contains(&format!("load: 64B-lines {}", super::select::REALIGN_NAME)), "{a}");
-        }
+        // With VBMI (and what comes with it) the load line slot realigns misaligned host sides,
+        // and whole loads have the large and the span functions (the zmm users); without, none.
+        let vbmi = std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vbmi")
+            && std::arch::is_x86_feature_detected!("bmi2");
+        let sel = super::select::get();
+        assert_eq!(a.contains(&format!("load: 64B-lines {}", super::select::REALIGN_NAME)), vbmi, "{a}");
+        assert_eq!(sel.large_load.is_some(), vbmi);
+        assert_eq!(sel.span_load.is_some(), vbmi);
     }
 }
 

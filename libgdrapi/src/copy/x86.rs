@@ -461,13 +461,15 @@ avx2_load_kernel! {
     feature = "avx2,avx512f,avx512bw,avx512vbmi"
 }
 
-/// Byte `i` is `i % 64`: the 64 entries from `k` are the VPERMB indices that rotate a line down
-/// by `k` bytes (byte `i` of the result is byte `(i + k) % 64`).
-static ROTATIONS: [u8; 128] = {
+/// Byte `i` is `i`: the 64 entries from `k` (`k < 64`) are the byte indices that move byte
+/// `k + i` of a pair of lines to byte `i` (VPERMT2B reads the low 7 bits of an index), and,
+/// since VPERMB reads only the low 6, that rotate a single line down by `k` bytes (byte `i` of
+/// the result is byte `(i + k) % 64`).
+static SHIFTS: [u8; 128] = {
     let mut t = [0u8; 128];
     let mut i = 0;
     while i < 128 {
-        t[i] = (i % 64) as u8;
+        t[i] = i as u8;
         i += 1;
     }
     t
@@ -536,7 +538,7 @@ unsafe fn realign_lines(dst: *mut u8, src: *const u8, n: usize) {
     // last masked store [dst + n - back, dst + n): all inside the range. The table read takes
     // 64 bytes from index k < 64 of 128. The CPU features are the caller's.
     unsafe {
-        let rotate = _mm512_loadu_si512(ROTATIONS.as_ptr().add(k).cast());
+        let rotate = _mm512_loadu_si512(SHIFTS.as_ptr().add(k).cast());
         let mut prev = _mm512_permutexvar_epi8(rotate, _mm512_stream_load_si512(src.cast()));
         _mm512_mask_storeu_epi8(dst.wrapping_sub(back).cast(), from_next, prev);
         let line = |i: usize| _mm512_permutexvar_epi8(rotate, _mm512_stream_load_si512(src.add(i).cast()));
@@ -603,13 +605,13 @@ pub(crate) unsafe extern "C" fn load_large_vbmi<const FENCE: bool>(
         if before != 0 {
             let line = _mm512_stream_load_si512(dev.sub(skip).cast());
             // Byte i is line byte i + skip: the head's bytes first.
-            let rotate = _mm512_loadu_si512(ROTATIONS.as_ptr().add(skip).cast());
+            let rotate = _mm512_loadu_si512(SHIFTS.as_ptr().add(skip).cast());
             _mm512_storeu_si512(host.cast(), _mm512_permutexvar_epi8(rotate, line));
         }
         if after != 0 {
             let line = _mm512_stream_load_si512(dev.add(n - after).cast());
             // Byte 64 - after + j is line byte j: the tail's bytes last.
-            let rotate = _mm512_loadu_si512(ROTATIONS.as_ptr().add(after).cast());
+            let rotate = _mm512_loadu_si512(SHIFTS.as_ptr().add(after).cast());
             _mm512_storeu_si512(host.add(n - 64).cast(), _mm512_permutexvar_epi8(rotate, line));
         }
         let (h, d, len) = (host.add(before), dev.add(before), n - before - after);
@@ -621,19 +623,6 @@ pub(crate) unsafe extern "C" fn load_large_vbmi<const FENCE: bool>(
         }
     }
 }
-
-/// Byte `i` is `i`: the 64 entries from `k` are the byte indices that move device byte `k + i`
-/// of a pair of lines to byte `i` (VPERMT2B reads the low 7 bits of an index, VPERMB the low 6,
-/// so the same entries rotate a single line).
-static SHIFTS: [u8; 128] = {
-    let mut t = [0u8; 128];
-    let mut i = 0;
-    while i < 128 {
-        t[i] = i as u8;
-        i += 1;
-    }
-    t
-};
 
 /// A load of any length from any device address where the CPU has AVX-512 VBMI, output first:
 /// each 64 bytes of the host side are one two-line byte shuffle (VPERMT2B) of the device lines
