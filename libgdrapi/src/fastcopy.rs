@@ -206,9 +206,11 @@ unsafe fn single<const TO: bool, const W: usize>(dev: usize, host: usize) -> c_i
 }
 
 /// The rest of a fast-path copy under 16 bytes that is not one access: the write-combined
-/// helper and the fence. Out of line, so the fast path itself needs no saved registers and jumps
-/// here; `extern "C"` because such a function cannot unwind, which is what lets the caller's call
-/// be a jump (a call that might unwind through an `extern "C"` export needs a landing pad). Takes
+/// helper and the fence (stores), one aligned 8-byte read (loads inside one 8-byte word), or a
+/// jump to the span load where the CPU has one (x86-64 with AVX-512 VBMI) or to [`small_across`]
+/// (other loads). Out of line, so the fast path itself needs no saved registers and jumps here;
+/// `extern "C"` because such a function cannot unwind, which is what lets the caller's call be
+/// a jump (a call that might unwind through an `extern "C"` export needs a landing pad). Takes
 /// the export's own arguments in its own order, as [`copy`] does (`h` unused, see [`keep`]), so
 /// the jump needs no register moves.
 ///
@@ -217,14 +219,15 @@ unsafe fn single<const TO: bool, const W: usize>(dev: usize, host: usize) -> c_i
 /// announcement keeps ours, `1 <= n < 16`; the host side as in [`copy`].
 #[inline(never)]
 unsafe extern "C" fn small<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
-    #[cfg(target_arch = "x86_64")]
-    if !TO
-        && (b & 7) + n > 8
-        && let Some(span) = crate::copy::select::ready().and_then(|s| s.span_load)
-    {
+    if !TO && !wc::in_one_word(b, n) {
         keep(h);
-        // SAFETY: the caller's contract; the span load fences and returns 0. A jump.
-        return unsafe { (span.fenced)(a as *mut u8, b as *const u8, n) };
+        #[cfg(target_arch = "x86_64")]
+        if let Some(span) = crate::copy::select::ready().and_then(|s| s.span_load) {
+            // SAFETY: the caller's contract; the span load fences and returns 0. A jump.
+            return unsafe { (span.fenced)(a as *mut u8, b as *const u8, n) };
+        }
+        // SAFETY: the caller's contract, across an 8-byte word. A jump.
+        return unsafe { small_across(h, a, b, n) };
     }
     copy_then_fence::<TO>(
         h,
@@ -232,9 +235,26 @@ unsafe extern "C" fn small<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
         b,
         // SAFETY: the caller's contract (a device range of 1-15 bytes inside the mapping).
         |dev, host| unsafe { aligned::to_device(dev, host, n) },
-        // A leaf reached by a jump: the chunks of a load across an 8-byte word inline, no call.
-        // SAFETY: as above.
-        |host, dev| unsafe { wc::load_small_leaf(host, dev, n) },
+        // SAFETY: as above, and in one 8-byte word (tested above).
+        |host, dev| unsafe { wc::load_word(host, dev, n) },
+    )
+}
+
+/// A fast-path load of 1-15 bytes across an 8-byte word where the CPU has no span load: the
+/// chunks inline ([`wc::load_small_across`]: a leaf reached by a jump, no call) and the fence.
+/// A function of its own so that [`small`]'s other paths save no register.
+///
+/// # Safety
+/// As [`small`], for a load across an 8-byte word.
+#[inline(never)]
+unsafe extern "C" fn small_across(h: usize, a: usize, b: usize, n: usize) -> c_int {
+    copy_then_fence::<FROM_MAPPING>(
+        h,
+        a,
+        b,
+        |_, _| unreachable!("small_across is a load"),
+        // SAFETY: the caller's contract.
+        |host, dev| unsafe { wc::load_small_across(host, dev, n) },
     )
 }
 

@@ -243,22 +243,42 @@ pub(crate) unsafe fn load_small(host: *mut u8, dev: *const u8, n: usize) {
     unsafe { load_small_then(host, dev, n, |host, dev, n, head| load_small_chunks(host, dev, n, head)) }
 }
 
-/// [`load_small`] with the chunks inline too (x86-64; elsewhere `load_small` itself), for a caller
-/// that is out of line itself and reached by a jump (the public fast path's small helper): a load
-/// across an 8-byte boundary then costs no call.
+/// Whether a load of `n` bytes at device address `dev` lies in one aligned 8-byte word, which
+/// one aligned 8-byte read fetches ([`load_word`]).
+#[inline(always)]
+pub(crate) fn in_one_word(dev: usize, n: usize) -> bool {
+    (dev & 7) + n <= 8
+}
+
+/// A load of 1-8 bytes inside one aligned 8-byte word ([`in_one_word`]): one aligned read.
+///
+/// # Safety
+/// As [`load`], with `n >= 1` and [`in_one_word`].
+#[inline(always)]
+pub(crate) unsafe fn load_word(host: *mut u8, dev: *const u8, n: usize) {
+    let word = dev.addr() & 7;
+    // SAFETY: the aligned word holds a byte of [dev, dev + n), so it lies in the same page,
+    // inside the mapping; host writes stay inside [host, host + n).
+    unsafe {
+        let v = u64::from_le(dev.sub(word).cast::<u64>().read_volatile()) >> (8 * word);
+        write_low_bytes(host, v, n);
+    }
+}
+
+/// A load of 1-15 bytes across an 8-byte boundary, the chunks inline (x86-64; elsewhere
+/// [`load_small`]), for a caller that is out of line itself and reached by a jump (the public
+/// fast path where the CPU has no span load): no call.
 ///
 /// # Safety
 /// As [`load_small`].
 #[inline(always)]
-pub(crate) unsafe fn load_small_leaf(host: *mut u8, dev: *const u8, n: usize) {
+pub(crate) unsafe fn load_small_across(host: *mut u8, dev: *const u8, n: usize) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: forwarded. Without a selection (not after `gdr_open`, which makes it) plain MOVDQA,
     // valid on every x86-64 CPU: no initialising call here.
     unsafe {
-        load_small_then(host, dev, n, |host, dev, n, head| {
-            let stream = chunk_streaming().unwrap_or(false);
-            small_chunks(host, dev, n, head, |chunk, skip, host, n| bounce_x86(stream, chunk, skip, host, n))
-        })
+        let stream = chunk_streaming().unwrap_or(false);
+        small_chunks(host, dev, n, dev.addr() & 15, |chunk, skip, host, n| bounce_x86(stream, chunk, skip, host, n))
     }
     #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: forwarded.
@@ -267,8 +287,8 @@ pub(crate) unsafe fn load_small_leaf(host: *mut u8, dev: *const u8, n: usize) {
     }
 }
 
-/// The body of [`load_small`]: one aligned 8-byte read when the range lies in one 8-byte word,
-/// else `chunks(host, dev, n, dev % 16)`.
+/// The body of [`load_small`]: [`load_word`] when the range lies in one 8-byte word, else
+/// `chunks(host, dev, n, dev % 16)`.
 ///
 /// # Safety
 /// As [`load_small`]; `chunks` does a load of 1-15 bytes across an 8-byte boundary.
@@ -279,14 +299,9 @@ unsafe fn load_small_then(
     n: usize,
     chunks: impl FnOnce(*mut u8, *const u8, usize, usize),
 ) {
-    let word = dev.addr() & 7;
-    if word + n <= 8 {
-        // SAFETY: the aligned word holds a byte of [dev, dev + n), so it lies in the same page,
-        // inside the mapping; host writes stay inside [host, host + n).
-        unsafe {
-            let v = u64::from_le(dev.sub(word).cast::<u64>().read_volatile()) >> (8 * word);
-            write_low_bytes(host, v, n);
-        }
+    if in_one_word(dev.addr(), n) {
+        // SAFETY: forwarded, in one word.
+        unsafe { load_word(host, dev, n) }
     } else {
         chunks(host, dev, n, dev.addr() & 15);
     }
