@@ -268,9 +268,7 @@ unsafe extern "C" fn small_across(h: usize, a: usize, b: usize, n: usize) -> c_i
 #[inline(always)]
 unsafe fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     #[cfg(target_arch = "x86_64")]
-    if !TO
-        && let Some(span) = crate::copy::select::ready().and_then(|s| s.span_load)
-    {
+    if !TO && let Some(span) = crate::copy::select::ready().and_then(|s| s.span_load) {
         // SAFETY: the caller's contract; the span load fences and returns 0. A jump.
         return unsafe { (span.fenced)(a as *mut u8, b as *const u8, n) };
     }

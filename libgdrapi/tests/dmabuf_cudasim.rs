@@ -28,6 +28,11 @@ fn cudasim_library() -> Option<PathBuf> {
 }
 
 fn run_in_child(test: &str) {
+    run_in_child_with(test, &[]);
+}
+
+/// [`run_in_child`] with more environment variables; returns the child's output.
+fn run_in_child_with(test: &str, env: &[(&str, &str)]) -> String {
     // cudasim is built with the workspace: without it the test fails rather than pass unrun.
     let sim = cudasim_library()
         .unwrap_or_else(|| panic!("{test}: missing the simulated libcuda: cargo build --release -p cudasim"));
@@ -49,12 +54,14 @@ fn run_in_child(test: &str) {
         .env("GDRCOPY_USE_DMABUF_MMAP", "1")
         .env("GDRCOPY_ENABLE_LOGGING", "1")
         .env("GDRCOPY_LOG_LEVEL", "3")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "child run of {test} failed:\n{text}");
     assert!(text.contains("1 passed"), "child did not run {test}:\n{text}");
+    text
 }
 
 /// The few CUDA calls the test makes itself, through the same loader the library uses.
@@ -328,6 +335,32 @@ fn dma_buf_public_copies_fast_path_exact_and_refusals() {
     if std::env::var_os(CHILD).is_none() {
         return run_in_child("dma_buf_public_copies_fast_path_exact_and_refusals");
     }
+    fast_path_exact_and_refusals();
+}
+
+/// The same with the zmm loads refused (`GDRCOPY_COPY_NO_AVX512=1`): on a CPU with AVX-512 VBMI
+/// this is what tests the loads of CPUs without it (16-byte chunks through general registers, the
+/// line kernel between partial lines); the child's engine summary must say they are off.
+#[test]
+fn dma_buf_public_copies_fast_path_without_avx512() {
+    if std::env::var_os(CHILD).is_some() {
+        return fast_path_exact_and_refusals();
+    }
+    let env = [("GDRCOPY_COPY_NO_AVX512", "1"), ("GDRCOPY_LOG_LEVEL", "1")];
+    let text = run_in_child_with("dma_buf_public_copies_fast_path_without_avx512", &env);
+    let summary =
+        text.lines().find(|l| l.contains("copy engines:")).unwrap_or_else(|| panic!("no engine summary:\n{text}"));
+    assert!(!summary.contains("VBMI realign"), "{summary}");
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512vbmi") {
+        assert!(summary.contains("not used: GDRCOPY_COPY_NO_AVX512"), "{summary}");
+    } else {
+        println!("SKIP (in part): the CPU has no AVX-512 VBMI, so this repeats the test above");
+    }
+}
+
+/// The body of the two fast-path tests above (in a child process with cudasim).
+fn fast_path_exact_and_refusals() {
     const BUF: usize = 64 << 10;
     let cuda = Cuda::init();
     let g = capi::gdr_open();
@@ -350,8 +383,8 @@ fn dma_buf_public_copies_fast_path_exact_and_refusals() {
         None => eprintln!("fast path unavailable in this process (no membarrier): only the general path is tested"),
     }
 
-    let base = pattern(0x5a, 512);
-    let lens: Vec<usize> = (1..=40).chain([63, 64, 65, 100, 127, 128, 129, 255, 300]).collect();
+    let base = pattern(0x5a, 4096);
+    let lens: Vec<usize> = (1..=40).chain([63, 64, 65, 100, 127, 128, 129, 255, 300, 511, 513, 1000, 2049]).collect();
     for off in 0..64usize {
         for &len in &lens {
             let at = 128 + off;

@@ -139,6 +139,18 @@ fn describe(store: [&str; 3], load: [&str; 3], extra: &str) -> String {
     )
 }
 
+/// Set to 1, this environment variable (ours; upstream has none like it) keeps the zmm loads off:
+/// every load then takes the paths of CPUs without AVX-512 VBMI. For users who would rather run no
+/// 512-bit code, and for the tests of those paths on CPUs that have VBMI.
+#[cfg(target_arch = "x86_64")]
+pub(crate) const NO_AVX512_ENV: &str = "GDRCOPY_COPY_NO_AVX512";
+
+/// Whether [`NO_AVX512_ENV`] is set to 1.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn zmm_refused() -> bool {
+    std::env::var_os(NO_AVX512_ENV).is_some_and(|v| v == "1")
+}
+
 #[cfg(target_arch = "x86_64")]
 fn build() -> Selection {
     use super::x86;
@@ -148,12 +160,14 @@ fn build() -> Selection {
     let avx = std::arch::is_x86_feature_detected!("avx");
     let avx2 = std::arch::is_x86_feature_detected!("avx2");
     let avx512f = std::arch::is_x86_feature_detected!("avx512f");
-    // The realigning loads need AVX-512F/BW (zmm loads, stores and blends) and VBMI (VPERMB).
-    let vbmi = avx2
+    // The realigning and span loads need AVX-512F/BW (zmm loads, stores and blends), VBMI (VPERMB,
+    // VPERMT2B) and BMI2 (BZHI).
+    let vbmi_cpu = avx2
         && avx512f
         && std::arch::is_x86_feature_detected!("avx512bw")
         && std::arch::is_x86_feature_detected!("avx512vbmi")
         && std::arch::is_x86_feature_detected!("bmi2");
+    let vbmi = vbmi_cpu && !zmm_refused();
     let movdir64b = x86::has_movdir64b();
 
     let mut all: Vec<Engine> = Vec::new();
@@ -194,13 +208,14 @@ fn build() -> Selection {
 
     let flag = |b: bool, n: &str| if b { format!(" {n}") } else { String::new() };
     let extra = format!(
-        "cpu:{}{}{}{}{}{}{}",
+        "cpu:{}{}{}{}{}{}{}{}",
         " sse2",
         flag(sse41, "sse4.1"),
         flag(avx, "avx"),
         flag(avx2, "avx2"),
         flag(avx512f, "avx512f"),
         flag(vbmi, "avx512vbmi"),
+        flag(vbmi_cpu && !vbmi, &format!("avx512vbmi (not used: {NO_AVX512_ENV})")),
         flag(movdir64b, "movdir64b (not selected)"),
     );
     // The fenced twin of whichever load kernel fills the line slot (the same kernel, so it is

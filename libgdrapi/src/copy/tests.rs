@@ -261,7 +261,7 @@ fn the_fenced_line_loads_copy_as_their_kernels_and_return_zero() {
 #[test]
 fn the_realigning_line_load_copies_at_every_host_offset() {
     let Some(e) = engines().into_iter().find(|e| e.name == super::select::REALIGN_NAME) else {
-        println!("SKIP: the CPU has no AVX-512 VBMI, so no realigning line load");
+        println!("SKIP: no realigning line load (the CPU has no AVX-512 VBMI, or GDRCOPY_COPY_NO_AVX512=1)");
         return;
     };
     let mut h = Harness::new(6);
@@ -277,33 +277,32 @@ fn the_realigning_line_load_copies_at_every_host_offset() {
     }
 }
 
-/// The realigned load (any length, any offsets; selected where the CPU has AVX-512 VBMI) at every
-/// pair of device and host offsets in a line, every length to three lines and some longer ones,
-/// plus host ranges that end at, straddle or start at a page boundary: its first and last host
-/// lines are masked stores, the lines between aligned ones, and every device line it reads must
-/// hold a byte of the range.
+/// The span load (any length, any offsets; selected where the CPU has AVX-512 VBMI) at every pair
+/// of device and host offsets in a line, every length to three lines and some longer ones, plus
+/// host ranges whose last store would cross a page boundary (its two-store path), with the
+/// bytes around each host range left alone.
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn the_span_load_copies_at_every_offset_pair() {
-    let Some(realigned) = super::select::get().span_load else {
-        println!("SKIP: the CPU has no AVX-512 VBMI, so no realigned load");
+    let Some(span) = super::select::get().span_load else {
+        println!("SKIP: no span load (the CPU has no AVX-512 VBMI, or GDRCOPY_COPY_NO_AVX512=1)");
         return;
     };
     let mut h = Harness::new(7);
     let mut f = |d: *mut u8, s: *const u8, n: usize| {
         // SAFETY: the harness's own disjoint buffers, n >= 1; selected, so the CPU has VBMI.
-        unsafe { (realigned.unfenced)(d, s, n) };
+        unsafe { (span.unfenced)(d, s, n) };
     };
     for dev_off in 0..64 {
         for host_off in 0..64 {
             for len in (1..=192).chain([255, 256, 257, 1000, 4097]) {
-                h.case(Direction::FromDevice, dev_off, host_off, len, "realigned", &mut f);
+                h.case(Direction::FromDevice, dev_off, host_off, len, "span load", &mut f);
             }
         }
     }
     for host_off in [4096 - 64, 4096 - 40, 4096 - 3, 4096 + 5] {
         for len in [1, 3, 8, 40, 64, 100, 300] {
-            h.case(Direction::FromDevice, 7, host_off - len.min(host_off) / 2, len, "realigned", &mut f);
+            h.case(Direction::FromDevice, 7, host_off - len.min(host_off) / 2, len, "span load", &mut f);
         }
     }
 }
@@ -413,7 +412,8 @@ fn copy_detect_is_stable_and_selection_consistent() {
             && std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512bw")
             && std::arch::is_x86_feature_detected!("avx512vbmi")
-            && std::arch::is_x86_feature_detected!("bmi2");
+            && std::arch::is_x86_feature_detected!("bmi2")
+            && !super::select::zmm_refused();
         let sel = super::select::get();
         assert_eq!(a.contains(&format!("load: 64B-lines {}", super::select::REALIGN_NAME)), vbmi, "{a}");
         assert_eq!(sel.large_load.is_some(), vbmi);
