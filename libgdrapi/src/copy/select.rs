@@ -165,6 +165,7 @@ fn build() -> Selection {
     let vbmi_cpu = avx2
         && avx512f
         && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vl")
         && std::arch::is_x86_feature_detected!("avx512vbmi")
         && std::arch::is_x86_feature_detected!("bmi2");
     let vbmi = vbmi_cpu && !zmm_refused();
