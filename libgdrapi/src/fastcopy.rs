@@ -10,7 +10,8 @@
 //! copy, see [`crate::parking`] for why that is safe), the window check against the handle's
 //! fast-path mirror (whose length is 0 unless everything above holds, so it needs no test of its
 //! own), and either one naturally aligned access plus the fence, a short copy (16-127 bytes)
-//! inline, or a jump to the out-of-line engines. No lock, no atomic read-modify-write, no call;
+//! inline (loads: a jump to the span load where the CPU has AVX-512 VBMI), or a jump to the
+//! out-of-line engines. No lock, no atomic read-modify-write, no call;
 //! the 1-8-byte copies need no saved register (the short copy saves one, on its own path only:
 //! tests/fast_path_shape.rs checks the 8-byte straight line in the built library); every way out
 //! that is not the fast copy is a tail call with the caller's own arguments.
@@ -259,9 +260,11 @@ unsafe extern "C" fn small_across(h: usize, a: usize, b: usize, n: usize) -> c_i
 }
 
 /// A short copy (16 bytes up to [`wc::SHORT_MAX`]), inline in the export: 16-byte steps between
-/// exact or chunked ends, no call. The one part of the fast path that needs a saved register
-/// (loads); the compiler saves it on this path only (shrink-wrapping), so the 1-8-byte copies
-/// still need none, and a short copy reaches its body with one taken jump instead of two.
+/// exact or chunked ends, no call; loads where the CPU has the span load jump there instead (one
+/// read per line and one shuffle per 64 bytes, whatever the alignment). The one part of the fast
+/// path that needs a saved register (loads without the span load); the compiler saves it on this
+/// path only (shrink-wrapping), so the 1-8-byte copies still need none, and a short copy reaches
+/// its body with one taken jump instead of two.
 ///
 /// # Safety
 /// As [`small`], but `16 <= n < wc::SHORT_MAX`.
@@ -288,9 +291,11 @@ unsafe fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int
 }
 
 /// [`small`] from [`wc::SHORT_MAX`] bytes up, not whole lines: the partial lines at the ends and
-/// the line kernel between them (loads on x86-64: `wc::load_lines_last`'s body here, ending in a
-/// jump to the line kernel's fenced twin, so the way from the export to the kernel is two jumps
-/// and the kernel returns to the caller), or the plan (stores).
+/// the line kernel between them (loads on x86-64: below `select::SPAN_MAX` a jump to the span
+/// load and from there to the whole-load function where the CPU has them, else
+/// `wc::load_lines_last`'s body here, ending in a jump to the line kernel's fenced twin; so the
+/// way from the export to the kernel is two jumps and the kernel returns to the caller), or the
+/// plan (stores).
 ///
 /// # Safety
 /// As [`small`], but `n >= wc::SHORT_MAX`.
