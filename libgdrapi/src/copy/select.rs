@@ -31,9 +31,11 @@
 //!   select AVX-512 either.
 //! - the one use of zmm: where the CPU has AVX-512 VBMI (which no CPU with the licence drop has),
 //!   the load `line` slot is AVX2 VMOVNTDQA with a realigning path for host sides that are not
-//!   32-aligned (`x86::load_lines_realigned`: split host stores made such loads 2-3x slower), and
-//!   a whole load of 128 bytes and up is one function ([`Selection::large_load`]) whose partial end
-//!   lines are one zmm streaming load each.
+//!   32-aligned (`x86::load_lines_realigned`: split host stores made such loads 2-3x slower), a
+//!   whole load below [`SPAN_MAX`] bytes is one function ([`Selection::span_load`]: one read per
+//!   device line, one two-line shuffle per 64 host bytes), and a larger one is one function
+//!   ([`Selection::large_load`]) whose partial end lines are one zmm streaming load each.
+//!   [`NO_AVX512_ENV`] turns all three off.
 //!
 //! The benchmark (`benches/copy_engines.rs`) times every kernel, so these choices can be
 //! revisited with measurements on a real BAR.

@@ -14,10 +14,12 @@
 //! 64-byte line are issued back to back before the host stores, so a streaming-load buffer filled
 //! by the first load of a line serves the rest of it.
 //!
-//! Where the CPU has AVX-512 VBMI, two more: the realigning line load (`load_avx2_realign`,
+//! Where the CPU has AVX-512 VBMI, three more: the realigning line load (`load_avx2_realign`,
 //! whose host sides that are not 32-aligned go to `load_lines_realigned`: one zmm streaming load,
-//! one rotation and one blend per line, aligned host stores) and `load_large_vbmi`, a whole load
-//! of 128 bytes and up whose partial end lines are one zmm streaming load each.
+//! one rotation and one blend per line, aligned host stores), `load_span_vbmi`, a whole load of
+//! any length at any alignment (used below 512 bytes: one read per device line, one two-line
+//! shuffle per 64 host bytes, one masked store), and `load_large_vbmi`, a whole load of 128 bytes
+//! and up whose partial end lines are one zmm streaming load each (used from 512 bytes).
 
 use core::arch::asm;
 use core::arch::x86_64::*;
