@@ -511,10 +511,16 @@ unsafe extern "C" fn load_lines_realigned<const FENCE: bool>(
         // SAFETY: forwarded, with `n != 0`.
         unsafe { realign_lines(dst, src, n) };
     }
+    end_of::<FENCE>()
+}
+
+/// The end of a copy function that has a fenced twin: the store fence for the twin (`FENCE`),
+/// then 0, opaque, so that a call the twin ends with stays a jump.
+#[inline(always)]
+fn end_of<const FENCE: bool>() -> core::ffi::c_int {
     if FENCE {
         sfence();
     }
-    // Opaque, so the fenced twin's call stays a jump.
     super::opaque_zero()
 }
 
@@ -660,6 +666,18 @@ pub(crate) unsafe extern "C" fn load_span_vbmi<const FENCE: bool>(
     dev: *const u8,
     n: usize,
 ) -> core::ffi::c_int {
+    // SAFETY: forwarded.
+    unsafe { span(host, dev, n) };
+    end_of::<FENCE>()
+}
+
+/// The copy of [`load_span_vbmi`].
+///
+/// # Safety
+/// As [`load_span_vbmi`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,bmi2")]
+#[inline]
+unsafe fn span(host: *mut u8, dev: *const u8, n: usize) {
     debug_assert!(n >= 1);
     let skip16 = dev.addr() & 15;
     if skip16 + n <= 16 && host.addr() & 4095 <= 4096 - 16 {
@@ -678,10 +696,7 @@ pub(crate) unsafe extern "C" fn load_span_vbmi<const FENCE: bool>(
             let v = _mm_shuffle_epi8(chunk, _mm_loadu_si128(SHIFTS.as_ptr().add(skip16).cast()));
             _mm_mask_storeu_epi8(host.cast(), _bzhi_u32(u32::MAX, n as u32) as __mmask16, v);
         }
-        if FENCE {
-            sfence();
-        }
-        return super::opaque_zero();
+        return;
     }
     let skip32 = dev.addr() & 31;
     if skip32 + n <= 32 && host.addr() & 4095 <= 4096 - 32 {
@@ -697,10 +712,7 @@ pub(crate) unsafe extern "C" fn load_span_vbmi<const FENCE: bool>(
             let v = _mm256_permutexvar_epi8(_mm256_loadu_si256(SHIFTS.as_ptr().add(skip32).cast()), chunk);
             _mm256_mask_storeu_epi8(host.cast(), _bzhi_u32(u32::MAX, n as u32), v);
         }
-        if FENCE {
-            sfence();
-        }
-        return super::opaque_zero();
+        return;
     }
     let skip = dev.addr() & 63;
     // SAFETY: every device read is a 64-aligned line holding a byte of [dev, dev + n) (the first
@@ -743,8 +755,4 @@ pub(crate) unsafe extern "C" fn load_span_vbmi<const FENCE: bool>(
             _mm512_mask_storeu_epi8(boundary.cast(), mask >> to_page_end, turned);
         }
     }
-    if FENCE {
-        sfence();
-    }
-    super::opaque_zero()
 }
