@@ -17,7 +17,11 @@
 //! lies in the same page, so inside the mapping. What this buys on a real BAR, where every
 //! uncached read is a PCIe round trip: a misaligned or odd-sized load costs at most two extra
 //! 16-byte reads (one per end) where the helper needed up to eight 1-8-byte reads, and an odd
-//! size under 16 bytes costs one or two reads instead of up to four.
+//! size under 16 bytes costs one or two reads instead of up to four. Where the CPU has AVX-512
+//! VBMI, every load below [`select::SPAN_MAX`] bytes that is not one access or one 8-byte word
+//! goes to the span load instead (`x86::load_span_vbmi`: the same rule, one aligned read per
+//! 16/32-byte chunk or 64-byte line holding a byte of the range), and larger ones that are not
+//! whole lines to the whole-load function (`x86::load_large_vbmi`).
 
 use super::select::{self, Selection};
 #[cfg(target_arch = "x86_64")]
