@@ -291,8 +291,8 @@ unsafe fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int
 }
 
 /// [`small`] from [`wc::SHORT_MAX`] bytes up, not whole lines: the partial lines at the ends and
-/// the line kernel between them (loads on x86-64: below `select::SPAN_MAX` a jump to the span
-/// load and from there to the whole-load function where the CPU has them, else
+/// the line kernel between them (loads on x86-64: where the CPU has them, a jump to the span
+/// load below `select::SPAN_MAX` and to the whole-load function from there up; else
 /// `wc::load_lines_last`'s body here, ending in a jump to the line kernel's fenced twin; so the
 /// way from the export to the kernel is two jumps and the kernel returns to the caller), or the
 /// plan (stores).

@@ -162,8 +162,8 @@ fn build() -> Selection {
     let avx = std::arch::is_x86_feature_detected!("avx");
     let avx2 = std::arch::is_x86_feature_detected!("avx2");
     let avx512f = std::arch::is_x86_feature_detected!("avx512f");
-    // The realigning and span loads need AVX-512F/BW (zmm loads, stores and blends), VBMI (VPERMB,
-    // VPERMT2B) and BMI2 (BZHI).
+    // The realigning and span loads need AVX-512F/BW/VL (zmm, ymm and xmm loads, masked stores and
+    // blends), VBMI (VPERMB, VPERMT2B) and BMI2 (BZHI).
     let vbmi_cpu = avx2
         && avx512f
         && std::arch::is_x86_feature_detected!("avx512bw")
