@@ -752,7 +752,10 @@ unsafe fn span(host: *mut u8, dev: *const u8, n: usize) {
             let turned = _mm512_permutexvar_epi8(_mm512_loadu_si512(SHIFTS.as_ptr().add(to_page_end).cast()), last);
             let boundary = out.add(to_page_end);
             _mm512_mask_storeu_epi8(boundary.wrapping_sub(64).cast(), mask << (64 - to_page_end), turned);
-            _mm512_mask_storeu_epi8(boundary.cast(), mask >> to_page_end, turned);
+            // Only where bytes remain past the boundary: the next page need not be mapped.
+            if left > to_page_end {
+                _mm512_mask_storeu_epi8(boundary.cast(), mask >> to_page_end, turned);
+            }
         }
     }
 }
