@@ -21,8 +21,9 @@
 //! use wider, pair or unaligned accesses, so we keep to single 8-byte accesses there.
 //!
 //! Engine choice is made once per process (`select.rs`, which also explains why AVX-512 is
-//! selected only for realigning loads on CPUs with VBMI); the per-call split into head, line bulk
-//! and tail is the pure function [`plan_wc`].
+//! selected only for loads on CPUs with VBMI: the realigning line load, the span load and the
+//! whole-load function); the per-call split into head, line bulk and tail is the pure function
+//! [`plan_wc`].
 
 // The engine table (`engines`, `Engine::width`, the raw kind values) serves the benchmark (feature
 // `bench-internals`) and the unit tests; the library itself only dispatches.
@@ -82,8 +83,9 @@ pub enum Direction {
 /// A copy kernel: `f(dst, src, len)`.
 pub type KernelFn = unsafe fn(*mut u8, *const u8, usize);
 
-/// A line kernel followed by the store fence, returning 0 (`f(dst, src, len)`): the end of a
-/// public write-combined copy, for the fast path to jump to (`select::Selection::load_line_fenced`).
+/// A copy function `f(dst, src, len)` returning 0 that the fast path can jump to: a line kernel's
+/// fenced twin (`select::Selection::load_line_fenced`), or one form, fenced or not, of a whole load
+/// (`select::WholeLoad`).
 pub(crate) type FencedFn = unsafe extern "C" fn(*mut u8, *const u8, usize) -> core::ffi::c_int;
 
 /// One copy kernel usable on this CPU.

@@ -158,8 +158,7 @@ macro_rules! simd_kernel {
             pub(crate) unsafe extern "C" fn $fenced(dst: *mut u8, src: *const u8, n: usize) -> core::ffi::c_int {
                 simd_kernel!(@realign $realign, true, dst, src, n);
                 simd_kernel!(@body $dir, $width, $stride, $vec, $load, $store, $main, $regs, dst, src, n);
-                sfence();
-                0
+                end_of::<true>()
             }
         )?
     };
@@ -627,7 +626,7 @@ pub(crate) unsafe extern "C" fn load_large_vbmi<const FENCE: bool>(
             load_avx2_realign_fenced(h, d, len)
         } else {
             load_avx2_realign(h, d, len);
-            super::opaque_zero()
+            end_of::<false>()
         }
     }
 }
