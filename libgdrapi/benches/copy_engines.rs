@@ -38,6 +38,7 @@ struct Opts {
     bar_only: bool,
     host_offset: usize,
     max_size: usize,
+    pairs: Option<usize>,
 }
 
 fn usage() -> ! {
@@ -50,7 +51,8 @@ fn usage() -> ! {
          \x20 --gdrapi     another libgdrapi to time on the same device memory (needs gdrdrv or dma-buf)\n\
          \x20 --threads    thread counts for the scaling table, e.g. 1,2,4,8\n\
          \x20 --bar-only   only the BAR tables (and the scaling table)\n\
-         \x20 --host-offset  bytes between a page boundary and the host buffer (default 0)"
+         \x20 --host-offset  bytes between a page boundary and the host buffer (default 0)\n\
+         \x20 --pairs N  block pairs per paired difference in the summaries (default 30; 10 with --quick)"
     );
     std::process::exit(2)
 }
@@ -65,6 +67,7 @@ fn parse_opts() -> Opts {
         bar_only: false,
         host_offset: 0,
         max_size: 16 << 20,
+        pairs: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -78,6 +81,9 @@ fn parse_opts() -> Opts {
             "--threads" => {
                 let list = args.next().unwrap_or_else(|| usage());
                 o.threads = list.split(',').map(|t| t.parse().unwrap_or_else(|_| usage())).collect();
+            }
+            "--pairs" => {
+                o.pairs = Some(args.next().and_then(|s| s.parse().ok()).filter(|&n| n >= 2).unwrap_or_else(|| usage()))
             }
             "--max-size" => o.max_size = args.next().and_then(|s| s.parse().ok()).unwrap_or_else(|| usage()),
             // `cargo bench` passes `--bench`; a filter-less run ignores it.
@@ -597,6 +603,8 @@ struct Timing {
     sample: Duration,
     samples: usize,
     cell_budget: Duration,
+    /// Block pairs per paired difference ([`paired`]).
+    pairs: usize,
 }
 
 /// GB/s samples of `m` at `len`: each sample repeats the call enough times to last `t.sample`.
@@ -689,8 +697,9 @@ fn table(
 /// The per-call time difference `a - b` in ns, measured in alternating blocks of equal length
 /// (a, b, b, a, a, b, ...: each pair's order swapped from the last), so that a machine whose speed
 /// drifts between the table's cells (a shared VM) shifts both sides of each pair alike and a drift
-/// within a pair favours neither side: median and p10-p90 of the per-pair differences.
-fn paired(a: &Method, b: &Method, len: usize, on: &PairedOn<'_>) -> Stat {
+/// within a pair favours neither side: median and p10-p90 of the per-pair differences, and the
+/// median's 95% confidence interval ([`Difference`]).
+fn paired(a: &Method, b: &Method, len: usize, on: &PairedOn<'_>) -> Difference {
     let (dir, dev, host, t) = (on.dir, on.dev, on.host, on.t);
     let block = |m: &Method, iters: usize| {
         let s = Instant::now();
@@ -702,7 +711,7 @@ fn paired(a: &Method, b: &Method, len: usize, on: &PairedOn<'_>) -> Stat {
     block(b, 16);
     let once = block(a, 64).max(1.0);
     let iters = ((t.sample.as_nanos() as f64 / 4.0 / once) as usize).clamp(16, 1 << 22);
-    let mut d: Vec<f64> = (0..t.samples * 2)
+    let mut d: Vec<f64> = (0..t.pairs)
         .map(|i| {
             if i % 2 == 0 {
                 let ta = block(a, iters);
@@ -715,7 +724,39 @@ fn paired(a: &Method, b: &Method, len: usize, on: &PairedOn<'_>) -> Stat {
         .collect();
     d.sort_by(f64::total_cmp);
     let pick = |q: f64| d[((d.len() - 1) as f64 * q).round() as usize];
-    Stat { med: pick(0.5), p10: pick(0.1), p90: pick(0.9) }
+    let (lo, hi) = median_ci_ranks(d.len());
+    Difference { med: pick(0.5), p10: pick(0.1), p90: pick(0.9), ci: (d[lo], d[hi]) }
+}
+
+/// A paired difference (ns per call): median, p10-p90 spread, and the median's 95% confidence
+/// interval, so that "within about 1 ns" can be told from noise where single blocks vary by tens
+/// of nanoseconds (stores that flush non-temporal lines of cached memory: raise `--pairs`).
+struct Difference {
+    med: f64,
+    p10: f64,
+    p90: f64,
+    ci: (f64, f64),
+}
+
+impl std::fmt::Display for Difference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:+.2} ns [{:+.2}..{:+.2}] (95% CI {:+.2}..{:+.2})",
+            self.med, self.p10, self.p90, self.ci.0, self.ci.1
+        )
+    }
+}
+
+/// The ranks (0-based, in sorted order) bounding a distribution-free 95% confidence interval of
+/// the median of `n` values: the number of values below the true median is Binomial(n, 1/2), so
+/// the interval is n/2 -+ 1.96 * sqrt(n) / 2 ranks (normal approximation), clamped to the data.
+fn median_ci_ranks(n: usize) -> (usize, usize) {
+    let half = 0.98 * (n as f64).sqrt();
+    let mid = (n as f64 - 1.0) / 2.0;
+    let lo = (mid - half).floor().max(0.0) as usize;
+    let hi = ((mid + half).ceil() as usize).min(n - 1);
+    (lo, hi)
 }
 
 /// Label of our misaligned public column (device +7, host +3).
@@ -751,18 +792,16 @@ fn summary(what: &str, methods: &[Method], rows: &[(usize, Vec<Option<f64>>)], o
         let mut line = format!("summary {what} {}: public {p:.2} ns", human(*len));
         if let Some(d) = ns(dispatch) {
             let pd = dispatch.map(|i| paired(&methods[public], &methods[i], *len, on));
-            let pd = pd.map_or(String::new(), |s| format!(", paired {:+.2} ns [{:+.2}..{:+.2}]", s.med, s.p10, s.p90));
+            let pd = pd.map_or(String::new(), |s| format!(", paired {s}"));
             line += &format!(", dispatcher {d:.2} ns (public-dispatcher {:+.2} ns{pd}, speed x{:.2})", p - d, d / p);
         }
         if let Some(c) = called {
             let s = paired(&methods[public], &methods[c], *len, on);
-            line += &format!(", paired public-dispatcher(C call) {:+.2} ns [{:+.2}..{:+.2}]", s.med, s.p10, s.p90);
+            line += &format!(", paired public-dispatcher(C call) {s}");
         }
         if let Some(o) = ns(other) {
             let po = other.map(|i| paired(&methods[public], &methods[i], *len, on));
-            let po = po.map_or(String::new(), |s| {
-                format!(", paired public-other {:+.2} ns [{:+.2}..{:+.2}]", s.med, s.p10, s.p90)
-            });
+            let po = po.map_or(String::new(), |s| format!(", paired public-other {s}"));
             line += &format!(", other {o:.2} ns (speed x{:.2}{po})", o / p);
         }
         // Misaligned (device +7, host +3) over aligned time, same size: public and dispatcher.
@@ -887,10 +926,11 @@ fn main() {
     let sizes = sizes(&o);
     let max = *sizes.last().unwrap_or(&1);
     let timing = if o.quick {
-        Timing { sample: Duration::from_micros(200), samples: 5, cell_budget: Duration::from_millis(20) }
+        Timing { sample: Duration::from_micros(200), samples: 5, cell_budget: Duration::from_millis(20), pairs: 10 }
     } else {
-        Timing { sample: Duration::from_micros(2500), samples: 15, cell_budget: Duration::from_millis(150) }
+        Timing { sample: Duration::from_micros(2500), samples: 15, cell_budget: Duration::from_millis(150), pairs: 30 }
     };
+    let timing = Timing { pairs: o.pairs.unwrap_or(timing.pairs), ..timing };
     let started = Instant::now();
     let engines = copy::engines();
 
@@ -900,8 +940,9 @@ fn main() {
     println!("- selection: {}", copy::detect());
     println!(
         "- method: single thread, device buffer page aligned (plus two misaligned dispatcher columns), \
-         {} samples of >= {:?} each, copy + SFENCE per call for engines and dispatcher, none for memcpy",
-        timing.samples, timing.sample
+         {} samples of >= {:?} each, copy + SFENCE per call for engines and dispatcher, none for memcpy; \
+         summaries: {} alternating block pairs per paired difference",
+        timing.samples, timing.sample, timing.pairs
     );
 
     let cuda = if o.cuda {
