@@ -10,8 +10,10 @@
 //!   a copy stores the handle it works on there (a release store: everything the thread's earlier
 //!   copies did happens before it), reads the handle's state and copies. The fast path leaves the
 //!   handle there until the thread's next copy: one store per copy instead of two (the general
-//!   path still clears it, which costs it nothing that matters). Plain stores and loads of the
-//!   thread's own line: nothing shared is written;
+//!   path still clears it, which costs it nothing that matters), and none when the line names
+//!   the handle already (only the owning thread writes its line, so the value in place is an
+//!   announcement it made before). Plain stores and loads of the thread's own line: nothing
+//!   shared is written;
 //! - a thread that retracts a mapping first marks it gone in the handle's state, then runs
 //!   `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, which makes every thread of the process pass a
 //!   full memory barrier, and then looks for lines naming the handle ([`retire`]). After the

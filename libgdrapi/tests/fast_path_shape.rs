@@ -14,9 +14,10 @@ use std::path::Path;
 use std::process::Command;
 
 /// At most this many instructions from a copy export's entry to its first `ret`: the handle
-/// check, the announcement, the window check, the width tests, the access, the fence, the
-/// return. 35 today; the bound leaves room for one or two more, not for a new layer.
-const MAX_STRAIGHT_LINE: usize = 37;
+/// check, the announcement check (a load and a compare: the store is out of line, for a thread's
+/// first copy through a handle), the window check, the width tests, the access, the fence, the
+/// return. 37 today; the bound leaves room for one or two more, not for a new layer.
+const MAX_STRAIGHT_LINE: usize = 39;
 
 /// The instructions (mnemonic and operands, Intel syntax) of `symbol` in the binary `lib`, in
 /// address order.
@@ -80,6 +81,18 @@ fn copy_exports_reach_the_eight_byte_copy_as_a_short_leaf() {
                 "{symbol}: `{bad}` on the way to the 8-byte copy:\n{listing}"
             );
         }
+        // Intel syntax puts the destination first: a write to memory is a mov into "... PTR [".
+        let writes = line
+            .iter()
+            .filter_map(|i| i.split_once(' '))
+            .filter(|(op, args)| {
+                op.starts_with("mov") && args.split(',').next().is_some_and(|dst| dst.contains("PTR ["))
+            })
+            .count();
+        assert_eq!(
+            writes, 1,
+            "{symbol}: one memory write, the copy's own (a thread copying through the same handle again finds its announcement in place):\n{listing}"
+        );
         let fences = line.iter().filter(|i| *i == "sfence").count();
         assert_eq!(fences, 1, "{symbol}: one store fence per copy:\n{listing}");
         assert!(line.iter().any(|i| i.contains("QWORD PTR [rdx]")), "{symbol}: the 8-byte access:\n{listing}");
