@@ -761,6 +761,8 @@ fn median_ci_ranks(n: usize) -> (usize, usize) {
 
 /// Label of our misaligned public column (device +7, host +3).
 const MISALIGNED_PUBLIC: &str = "public dev+7 host+3";
+/// Label of the other library's misaligned public column (the same offsets).
+const MISALIGNED_OTHER: &str = "other dev+7 host+3";
 
 /// Where [`summary`] may run its paired measurements.
 struct PairedOn<'a> {
@@ -781,7 +783,8 @@ fn summary(what: &str, methods: &[Method], rows: &[(usize, Vec<Option<f64>>)], o
         return;
     };
     let dispatch = col(&|m| matches!(m, Method::Dispatch { dev_off: 0, host_off: 0 }));
-    let other = col(&|m| matches!(m, Method::Public { label, .. } if label.starts_with("other")));
+    let other = col(&|m| matches!(m, Method::Public { label, .. } if label.starts_with("other gdr_copy")));
+    let other_misaligned = col(&|m| matches!(m, Method::Public { label, .. } if label.starts_with(MISALIGNED_OTHER)));
     let called = col(&|m| matches!(m, Method::DispatchCalled));
     let misaligned = col(&|m| matches!(m, Method::Public { label, .. } if label.starts_with(MISALIGNED_PUBLIC)));
     let misaligned_dispatch = col(&|m| matches!(m, Method::Dispatch { dev_off: 7, host_off: 3 }));
@@ -807,6 +810,9 @@ fn summary(what: &str, methods: &[Method], rows: &[(usize, Vec<Option<f64>>)], o
         // Misaligned (device +7, host +3) over aligned time, same size: public and dispatcher.
         if let (Some(mp), Some(md), Some(d)) = (ns(misaligned), ns(misaligned_dispatch), ns(dispatch)) {
             line += &format!(", misaligned/aligned time: public x{:.2}, dispatcher x{:.2}", mp / p, md / d);
+        }
+        if let (Some(m), Some(o)) = (misaligned, other_misaligned) {
+            line += &format!(", paired misaligned public-other {}", paired(&methods[m], &methods[o], *len, on));
         }
         println!("{line}");
     }
@@ -1057,6 +1063,12 @@ fn main() {
                 }
                 if let Some(Ok((m, _, version))) = &other {
                     methods.push(public(format!("other gdr_copy ({version})"), m));
+                    methods.push(Method::Public {
+                        label: format!("{MISALIGNED_OTHER} ({version})"),
+                        m: *m,
+                        dev_off: 7,
+                        host_off: 3,
+                    });
                 }
             }
             let what = match dir {
