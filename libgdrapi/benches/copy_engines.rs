@@ -15,7 +15,10 @@
 //! Output: markdown tables, one per memory kind and direction; each cell is the median GB/s, the
 //! p10-p90 spread over the samples, and the ratio to `memcpy` measured in the same run. After each
 //! BAR table, one summary line per size: nanoseconds per call of our public call, the dispatcher
-//! and the other library, and the ratios public/dispatcher and public/other. `--threads 1,2,4,8`
+//! and the other library, and the ratios public/dispatcher and public/other; paired differences
+//! (alternating blocks, `--pairs N` of them) with the median's 95% confidence interval for
+//! public-dispatcher, public-other, misaligned-aligned public (with its time ratio) and the
+//! misaligned public calls of both libraries. `--threads 1,2,4,8`
 //! adds a scaling table: each thread copies through its own mapping.
 //!
 //! Run: `cargo bench -p gdrapi --features bench-internals --bench copy_engines [-- --quick]
@@ -711,21 +714,23 @@ fn paired(a: &Method, b: &Method, len: usize, on: &PairedOn<'_>) -> Difference {
     block(b, 16);
     let once = block(a, 64).max(1.0);
     let iters = ((t.sample.as_nanos() as f64 / 4.0 / once) as usize).clamp(16, 1 << 22);
-    let mut d: Vec<f64> = (0..t.pairs)
+    let (mut d, mut r): (Vec<f64>, Vec<f64>) = (0..t.pairs)
         .map(|i| {
-            if i % 2 == 0 {
+            let (ta, tb) = if i % 2 == 0 {
                 let ta = block(a, iters);
-                ta - block(b, iters)
+                (ta, block(b, iters))
             } else {
                 let tb = block(b, iters);
-                block(a, iters) - tb
-            }
+                (block(a, iters), tb)
+            };
+            (ta - tb, ta / tb.max(f64::MIN_POSITIVE))
         })
-        .collect();
+        .unzip();
     d.sort_by(f64::total_cmp);
+    r.sort_by(f64::total_cmp);
     let pick = |q: f64| d[((d.len() - 1) as f64 * q).round() as usize];
     let (lo, hi) = median_ci_ranks(d.len());
-    Difference { med: pick(0.5), p10: pick(0.1), p90: pick(0.9), ci: (d[lo], d[hi]) }
+    Difference { med: pick(0.5), p10: pick(0.1), p90: pick(0.9), ci: (d[lo], d[hi]), ratio: r[r.len() / 2] }
 }
 
 /// A paired difference (ns per call): median, p10-p90 spread, and the median's 95% confidence
@@ -736,6 +741,8 @@ struct Difference {
     p10: f64,
     p90: f64,
     ci: (f64, f64),
+    /// Median of the per-pair time ratios `a / b`.
+    ratio: f64,
 }
 
 impl std::fmt::Display for Difference {
@@ -810,6 +817,10 @@ fn summary(what: &str, methods: &[Method], rows: &[(usize, Vec<Option<f64>>)], o
         // Misaligned (device +7, host +3) over aligned time, same size: public and dispatcher.
         if let (Some(mp), Some(md), Some(d)) = (ns(misaligned), ns(misaligned_dispatch), ns(dispatch)) {
             line += &format!(", misaligned/aligned time: public x{:.2}, dispatcher x{:.2}", mp / p, md / d);
+        }
+        if let Some(m) = misaligned {
+            let s = paired(&methods[m], &methods[public], *len, on);
+            line += &format!(", paired misaligned-aligned public {s}, time x{:.2}", s.ratio);
         }
         if let (Some(m), Some(o)) = (misaligned, other_misaligned) {
             line += &format!(", paired misaligned public-other {}", paired(&methods[m], &methods[o], *len, on));
