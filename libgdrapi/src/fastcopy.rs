@@ -8,12 +8,12 @@
 //! engine is what users see. This one is written to compile into a leaf: a handle check (one
 //! rotate and compare), the announcement ([`crate::grace`]: one store, left in place after the
 //! copy, see [`crate::parking`] for why that is safe; no store at all when the thread's line
-//! names the handle already, i.e. when it copied through the same handle last), the window check against the handle's
-//! fast-path mirror (whose length is 0 unless everything above holds, so it needs no test of its
-//! own), and either one naturally aligned access plus the fence, a short copy (16-127 bytes)
-//! inline (loads: a jump to the span load where the CPU has AVX-512 VBMI), or a jump to the
-//! out-of-line engines. No lock, no atomic read-modify-write, no call;
-//! the 1-8-byte copies need no saved register (the short copy saves one, on its own path only:
+//! names the handle already, i.e. when it copied through the same handle last), the window
+//! check against the handle's fast-path mirror (whose length is 0 unless everything above
+//! holds, so it needs no test of its own), and either one naturally aligned access plus the
+//! fence, a short copy (16-127 bytes) inline (loads: a jump to the span load where the CPU has
+//! AVX-512 VBMI), or a jump to the out-of-line engines. No lock, no atomic read-modify-write, no
+//! call; the 1-8-byte copies need no saved register (the short copy saves one, on its own path only:
 //! tests/fast_path_shape.rs checks the 8-byte straight line in the built library); every way out
 //! that is not the fast copy is a tail call with the caller's own arguments.
 //!
