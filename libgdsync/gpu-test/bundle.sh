@@ -20,7 +20,8 @@ gcc "${CF[@]}" compat-tests/gdsync/stream_suite.c -o "$B/stream_suite" -L"$B/lib
 gcc "${CF[@]}" compat-tests/gdsync/bench_poll_lat.c -o "$B/bench_poll_lat" -L"$B/lib" -L"$B/linkstub" -lgdsync -lcuda
 gcc "${CF[@]}" compat-tests/gdsync/abi_layout.c -o "$B/abi_layout"
 cp -r /usr/include/infiniband "$B/include-extra/"
-# The Rust integration test of prepared send/wait requests (runs against whatever libcuda.so.1 is found).
+# The Rust integration test of prepared send/wait requests (run.sh sets GDSYNC_REQUESTS_REAL_CUDA=1
+# so that it runs against the driver, not cudasim).
 exe=$(cargo test --release -p gdsync --test requests_cudasim --no-run 2>&1 | grep -o 'target/release/deps/requests_cudasim-[0-9a-f]*' | head -n1)
 [ -n "$exe" ] && cp "$exe" "$B/requests_test" || { echo "could not build requests_cudasim"; exit 1; }
 rm -rf "$B/linkstub"

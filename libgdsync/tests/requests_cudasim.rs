@@ -3,7 +3,9 @@
 //! mlx5 shape (spec §7.1/§7.2), posted with gds_stream_post_send(_all)/gds_stream_post_wait_cq(_all)
 //! and gds_post_descriptors. The test re-executes itself with cudasim (built with the workspace)
 //! first on the loader path, so it runs under plain `cargo test`; it is never counted as passed
-//! without having run.
+//! without having run. With `GDSYNC_REQUESTS_REAL_CUDA=1` it runs in place against the
+//! libcuda.so.1 the loader finds instead: the real driver on the GPU machine
+//! (libgdsync/gpu-test/run.sh).
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ffi::{c_int, c_uint};
@@ -22,6 +24,8 @@ struct Cu {
 
 /// Set in the re-executed child that has cudasim on its loader path.
 const CHILD: &str = "GDSYNC_REQUESTS_CUDASIM_CHILD";
+/// Set by the caller to run against the libcuda.so.1 on the loader path (a real driver).
+const REAL: &str = "GDSYNC_REQUESTS_REAL_CUDA";
 
 /// cudasim's libcuda next to the test's profile directory (target/<profile>/libcuda.so).
 fn cudasim_library() -> Option<std::path::PathBuf> {
@@ -59,12 +63,14 @@ fn run_with_cudasim(test: &str) {
 
 /// The CUDA stream the test posts to; None in the parent, which re-runs the test in a child.
 fn setup(test: &str) -> Option<Cu> {
-    if std::env::var_os(CHILD).is_none() {
+    let real = std::env::var_os(REAL).is_some_and(|v| v == "1");
+    if std::env::var_os(CHILD).is_none() && !real {
         run_with_cudasim(test);
         return None;
     }
     let d = match Driver::load("libcuda.so.1") {
         Ok(d) => d,
+        Err(e) if real => panic!("{REAL}=1, yet libcuda.so.1 does not load ({e})"),
         Err(e) => panic!("the child has cudasim on its loader path, yet libcuda.so.1 does not load ({e})"),
     };
     let r = |n: &std::ffi::CStr| d.resolve(n, 12000).expect("symbol");
