@@ -231,7 +231,7 @@ unsafe extern "C" fn small<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
     if !TO && !wc::in_one_word(b, n) {
         keep(h);
         #[cfg(target_arch = "x86_64")]
-        if let Some(span) = crate::copy::select::ready().and_then(|s| s.span_load) {
+        if let Some(span) = crate::copy::select::ready().and_then(|s| s.span_load()) {
             // SAFETY: the caller's contract; the span load fences and returns 0. A jump.
             return unsafe { (span.fenced)(a as *mut u8, b as *const u8, n) };
         }
@@ -279,7 +279,7 @@ unsafe extern "C" fn small_across(h: usize, a: usize, b: usize, n: usize) -> c_i
 #[inline(always)]
 unsafe fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     #[cfg(target_arch = "x86_64")]
-    if !TO && let Some(span) = crate::copy::select::ready().and_then(|s| s.span_load) {
+    if !TO && let Some(span) = crate::copy::select::ready().and_then(|s| s.span_load()) {
         // SAFETY: the caller's contract; the span load fences and returns 0. A jump.
         return unsafe { (span.fenced)(a as *mut u8, b as *const u8, n) };
     }
@@ -316,16 +316,11 @@ unsafe extern "C" fn large<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
             return unsafe { unselected::<TO>(h, a, b, n) };
         };
         keep(h);
-        if n < crate::copy::select::SPAN_MAX
-            && let Some(span) = sel.span_load
-        {
-            // SAFETY: the caller's contract; fences and returns 0. A jump.
-            return unsafe { (span.fenced)(a as *mut u8, b as *const u8, n) };
-        }
-        if let Some(large) = sel.large_load {
-            // SAFETY: the caller's contract, with `n >= SHORT_MAX` as the whole load needs; it
+        // Not whole lines: those went to `lines`.
+        if let Some(whole) = sel.whole_load(n, false) {
+            // SAFETY: the caller's contract, with `n >= SHORT_MAX` as `whole_load` wants; it
             // fences and returns 0. A jump.
-            return unsafe { (large.fenced)(a as *mut u8, b as *const u8, n) };
+            return unsafe { (whole.fenced)(a as *mut u8, b as *const u8, n) };
         }
         // SAFETY: the caller's contract, with `n >= SHORT_MAX` as the body needs; the fenced
         // twin has the line slot's contract, fences and returns 0.

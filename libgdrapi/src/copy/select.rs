@@ -32,9 +32,9 @@
 //! - the one use of zmm: where the CPU has AVX-512 VBMI (which no CPU with the licence drop has),
 //!   the load `line` slot is AVX2 VMOVNTDQA with a realigning path for host sides that are not
 //!   32-aligned (`x86::load_lines_realigned`: split host stores made such loads 2-3x slower), a
-//!   whole load below [`SPAN_MAX`] bytes is one function ([`Selection::span_load`]: one read per
+//!   whole load below [`SPAN_MAX`] bytes is one function ([`WholeLoads::span`]: one read per
 //!   device line, one two-line shuffle per 64 host bytes), and a larger one is one function
-//!   ([`Selection::large_load`]) whose partial end lines are one zmm streaming load each.
+//!   ([`WholeLoads::large`]) whose partial end lines are one zmm streaming load each.
 //!   [`NO_AVX512_ENV`] turns all three off.
 //!
 //! The benchmark (`benches/copy_engines.rs`) times every kernel, so these choices can be
@@ -63,22 +63,46 @@ pub(crate) struct Selection {
     /// x86-64: the load `line` kernel's fenced twin (the kernel, the store fence, return 0), which
     /// the public fast path jumps to at the end of a load; `None` elsewhere.
     pub(crate) load_line_fenced: Option<FencedFn>,
-    /// x86-64 with AVX-512 VBMI: a whole load of at least `wc::SHORT_MAX` bytes (used from
-    /// [`SPAN_MAX`] up), its partial lines at the ends included, in one function
-    /// (`x86::load_large_vbmi`); `None` elsewhere.
-    pub(crate) large_load: Option<WholeLoad>,
-    /// x86-64 with AVX-512 VBMI: a load of any length from any address in one function
-    /// (`x86::load_span_vbmi`), for every load below [`SPAN_MAX`] bytes that is not one aligned
-    /// access or one 8-byte word; `None` elsewhere.
-    pub(crate) span_load: Option<WholeLoad>,
+    /// x86-64 with AVX-512 VBMI: the two whole-load functions (both exist or neither, so one
+    /// `Option`: a caller choosing between them tests once); `None` elsewhere.
+    pub(crate) whole_loads: Option<WholeLoads>,
 }
 
-/// Loads shorter than this go to [`Selection::span_load`] where it exists (unless they are one
+/// The whole-load functions of a CPU with AVX-512 VBMI.
+#[derive(Clone, Copy)]
+pub(crate) struct WholeLoads {
+    /// A load of any length from any address in one function (`x86::load_span_vbmi`), for every
+    /// load below [`SPAN_MAX`] bytes that is not one aligned access or one 8-byte word.
+    pub(crate) span: WholeLoad,
+    /// A whole load of at least `wc::SHORT_MAX` bytes (used from [`SPAN_MAX`] up), its partial
+    /// lines at the ends included, in one function (`x86::load_large_vbmi`).
+    pub(crate) large: WholeLoad,
+}
+
+/// Loads shorter than this go to the span load ([`WholeLoads::span`]) where it exists (unless they are one
 /// aligned access or lie in one 8-byte word). From here up the line kernels' aligned host stores
 /// and one-micro-op shuffles beat its two-line shuffles: on the development machine a 512-byte
-/// load at device +7, host +3 took 8.6 ns with it against 8.1 ns through [`Selection::large_load`],
+/// load at device +7, host +3 took 8.6 ns with it against 8.1 ns through [`WholeLoads::large`],
 /// and an aligned 1000-byte one 12.8 against 8.1; at 256 bytes it was 5.6 against 6.2.
 pub(crate) const SPAN_MAX: usize = 512;
+
+impl Selection {
+    /// The span load ([`WholeLoads::span`]), where the CPU has it.
+    #[inline(always)]
+    pub(crate) fn span_load(&self) -> Option<WholeLoad> {
+        self.whole_loads.map(|w| w.span)
+    }
+
+    /// The one function for a whole load of `n >= wc::SHORT_MAX` bytes where the CPU has them:
+    /// the span load below [`SPAN_MAX`] unless the load is whole lines at a 64-aligned device
+    /// address (`whole_lines`: the line kernels' aligned stores win there), else the whole-load
+    /// function. The dispatcher (`wc::load_lines_last`) and the public fast path
+    /// (`fastcopy::large`) both choose through here.
+    #[inline(always)]
+    pub(crate) fn whole_load(&self, n: usize, whole_lines: bool) -> Option<WholeLoad> {
+        self.whole_loads.map(|w| if n < SPAN_MAX && !whole_lines { w.span } else { w.large })
+    }
+}
 
 /// One function for a whole load, `f(host, dev, n)`, in two forms: without the store fence (the
 /// dispatcher's) and with it (the public fast path's, which jumps there). Both return 0.
@@ -236,10 +260,10 @@ fn build() -> Selection {
         summary: describe([sline.name, s32.name, s16.name], [lline.name, l32.name, l16.name], &extra),
         stream_chunks: sse41,
         load_line_fenced: Some(load_line_fenced),
-        large_load: vbmi
-            .then_some(WholeLoad { unfenced: x86::load_large_vbmi::<false>, fenced: x86::load_large_vbmi::<true> }),
-        span_load: vbmi
-            .then_some(WholeLoad { unfenced: x86::load_span_vbmi::<false>, fenced: x86::load_span_vbmi::<true> }),
+        whole_loads: vbmi.then_some(WholeLoads {
+            span: WholeLoad { unfenced: x86::load_span_vbmi::<false>, fenced: x86::load_span_vbmi::<true> },
+            large: WholeLoad { unfenced: x86::load_large_vbmi::<false>, fenced: x86::load_large_vbmi::<true> },
+        }),
         engines: all,
     }
 }
@@ -262,8 +286,7 @@ fn build() -> Selection {
         summary: describe([s.name; 3], [l.name; 3], "cpu: aarch64 asimd (LS64 not used)"),
         stream_chunks: false,
         load_line_fenced: None,
-        large_load: None,
-        span_load: None,
+        whole_loads: None,
         engines: all,
     }
 }
@@ -283,8 +306,7 @@ fn build() -> Selection {
         summary: describe([s.name; 3], [l.name; 3], "cpu: generic"),
         stream_chunks: false,
         load_line_fenced: None,
-        large_load: None,
-        span_load: None,
+        whole_loads: None,
         engines: all,
     }
 }

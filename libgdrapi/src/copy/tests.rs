@@ -284,7 +284,7 @@ fn the_realigning_line_load_copies_at_every_host_offset() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn the_span_load_copies_at_every_offset_pair() {
-    let Some(span) = super::select::get().span_load else {
+    let Some(span) = super::select::get().span_load() else {
         println!("SKIP: no span load (the CPU has no AVX-512 VBMI, or GDRCOPY_COPY_NO_AVX512=1)");
         return;
     };
@@ -416,8 +416,7 @@ fn copy_detect_is_stable_and_selection_consistent() {
             && !super::select::zmm_refused();
         let sel = super::select::get();
         assert_eq!(a.contains(&format!("load: 64B-lines {}", super::select::REALIGN_NAME)), vbmi, "{a}");
-        assert_eq!(sel.large_load.is_some(), vbmi);
-        assert_eq!(sel.span_load.is_some(), vbmi);
+        assert_eq!(sel.whole_loads.is_some(), vbmi);
     }
 }
 

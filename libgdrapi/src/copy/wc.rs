@@ -197,7 +197,7 @@ unsafe fn load_short(host: *mut u8, dev: *const u8, n: usize) {
     let sel = select::get();
     // SAFETY: forwarded (the span load takes any load).
     unsafe {
-        if let Some(span) = sel.span_load {
+        if let Some(span) = sel.span_load() {
             (span.unfenced)(host, dev, n);
         } else {
             load_short_body(host, dev, n, sel.stream_chunks)
@@ -243,8 +243,14 @@ pub(crate) unsafe fn load_short_body(host: *mut u8, dev: *const u8, n: usize, st
 /// As [`load`], and `1 <= n < 16`.
 #[inline(always)]
 pub(crate) unsafe fn load_small(host: *mut u8, dev: *const u8, n: usize) {
-    // SAFETY: forwarded; the chunk path gets what `load_small_chunks` needs.
-    unsafe { load_small_then(host, dev, n, |host, dev, n, head| load_small_chunks(host, dev, n, head)) }
+    // SAFETY: forwarded; in one word for `load_word`, across a word for `load_small_chunks`.
+    unsafe {
+        if in_one_word(dev.addr(), n) {
+            load_word(host, dev, n)
+        } else {
+            load_small_chunks(host, dev, n, dev.addr() & 15)
+        }
+    }
 }
 
 /// Whether a load of `n` bytes at device address `dev` lies in one aligned 8-byte word, which
@@ -291,26 +297,6 @@ pub(crate) unsafe fn load_small_across(host: *mut u8, dev: *const u8, n: usize) 
     }
 }
 
-/// The body of [`load_small`]: [`load_word`] when the range lies in one 8-byte word, else
-/// `chunks(host, dev, n, dev % 16)`.
-///
-/// # Safety
-/// As [`load_small`]; `chunks` does a load of 1-15 bytes across an 8-byte boundary.
-#[inline(always)]
-unsafe fn load_small_then(
-    host: *mut u8,
-    dev: *const u8,
-    n: usize,
-    chunks: impl FnOnce(*mut u8, *const u8, usize, usize),
-) {
-    if in_one_word(dev.addr(), n) {
-        // SAFETY: forwarded, in one word.
-        unsafe { load_word(host, dev, n) }
-    } else {
-        chunks(host, dev, n, dev.addr() & 15);
-    }
-}
-
 /// [`load_small`] across an 8-byte boundary: one or two aligned 16-byte chunks. Out of line, so
 /// that the one-word case needs no saved registers.
 ///
@@ -322,7 +308,7 @@ unsafe fn load_small_chunks(host: *mut u8, dev: *const u8, n: usize, head: usize
     // SAFETY: forwarded (the span load takes any load); `bounce` has `small_chunks`'s contract
     // for `chunk_to`.
     unsafe {
-        if let Some(span) = sel.span_load {
+        if let Some(span) = sel.span_load() {
             (span.unfenced)(host, dev, n);
         } else {
             small_chunks(host, dev, n, head, |chunk, skip, host, n| bounce(sel, chunk, skip, host, n))
@@ -427,17 +413,9 @@ unsafe fn load_planned(host: *mut u8, dev: *const u8, n: usize) {
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
 unsafe fn load_lines_last(sel: &Selection, host: *mut u8, dev: *const u8, n: usize) {
-    if n < select::SPAN_MAX
-        && !is_whole_lines(dev.addr(), n)
-        && let Some(span) = sel.span_load
-    {
-        // SAFETY: forwarded (the span load takes any load).
-        unsafe { (span.unfenced)(host, dev, n) };
-        return;
-    }
-    if let Some(large) = sel.large_load {
-        // SAFETY: forwarded (the whole load's contract is this function's).
-        unsafe { (large.unfenced)(host, dev, n) };
+    if let Some(whole) = sel.whole_load(n, is_whole_lines(dev.addr(), n)) {
+        // SAFETY: forwarded (`n >= SHORT_MAX`, as `whole_load` wants).
+        unsafe { (whole.unfenced)(host, dev, n) };
         return;
     }
     // SAFETY: forwarded; the line slot's kernel has the line slot's contract.

@@ -641,7 +641,7 @@ pub(crate) unsafe extern "C" fn load_large_vbmi<const FENCE: bool>(
 /// through general registers (up to 30 instructions for the ends alone); here a load of up to 64
 /// bytes is one or two device reads, one shuffle and one store, with no saved register and no
 /// stack frame. From a few lines up the realigning kernels win (aligned host stores, one-micro-op
-/// shuffles: this one is three), so [`Selection::span_load`](super::select::Selection) is used
+/// shuffles: this one is three), so [`WholeLoads::span`](super::select::WholeLoads) is used
 /// below [`super::select::SPAN_MAX`] only.
 ///
 /// A range inside one aligned 16-byte or 32-byte chunk (most loads below 16 bytes) is read with
