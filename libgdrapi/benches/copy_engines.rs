@@ -766,7 +766,10 @@ fn median_ci_ranks(n: usize) -> (usize, usize) {
     (lo, hi)
 }
 
-/// Label of our misaligned public column (device +7, host +3).
+/// The offsets of the misaligned columns (dispatcher and public calls): device +7, host +3.
+const MIS_DEV: usize = 7;
+const MIS_HOST: usize = 3;
+/// Label of our misaligned public column (`MIS_DEV`, `MIS_HOST`).
 const MISALIGNED_PUBLIC: &str = "public dev+7 host+3";
 /// Label of the other library's misaligned public column (the same offsets).
 const MISALIGNED_OTHER: &str = "other dev+7 host+3";
@@ -794,7 +797,7 @@ fn summary(what: &str, methods: &[Method], rows: &[(usize, Vec<Option<f64>>)], o
     let other_misaligned = col(&|m| matches!(m, Method::Public { label, .. } if label.starts_with(MISALIGNED_OTHER)));
     let called = col(&|m| matches!(m, Method::DispatchCalled));
     let misaligned = col(&|m| matches!(m, Method::Public { label, .. } if label.starts_with(MISALIGNED_PUBLIC)));
-    let misaligned_dispatch = col(&|m| matches!(m, Method::Dispatch { dev_off: 7, host_off: 3 }));
+    let misaligned_dispatch = col(&|m| matches!(m, Method::Dispatch { dev_off: MIS_DEV, host_off: MIS_HOST }));
     println!();
     for (len, row) in rows {
         let ns = |i: Option<usize>| i.and_then(|i| row[i]).map(|gbs| *len as f64 / gbs);
@@ -1048,38 +1051,33 @@ fn main() {
             let mut methods = vec![
                 Method::Memcpy,
                 Method::Dispatch { dev_off: 0, host_off: 0 },
-                Method::Dispatch { dev_off: 7, host_off: 3 },
+                Method::Dispatch { dev_off: MIS_DEV, host_off: MIS_HOST },
                 // Same device misalignment, host misaligned alike: after the device head the
                 // middle's host accesses are aligned, which separates the cost of the device side
                 // from that of split host stores.
-                Method::Dispatch { dev_off: 7, host_off: 7 },
+                Method::Dispatch { dev_off: MIS_DEV, host_off: MIS_DEV },
                 Method::DispatchCalled,
             ];
             methods.extend(engines.iter().filter(|e| e.dir == dir).map(|e| Method::Engine(*e)));
             if *is_bar {
                 let public = |label: String, m: &BarMapping| Method::Public { label, m: *m, dev_off: 0, host_off: 0 };
+                // The misaligned public call, as users make it (the dispatcher's misaligned offsets).
+                let misaligned = |label: String, m: &BarMapping| Method::Public {
+                    label,
+                    m: *m,
+                    dev_off: MIS_DEV,
+                    host_off: MIS_HOST,
+                };
                 if let Ok((lib, _, m)) = &ours {
                     methods.push(public(format!("public gdr_copy (ours {})", lib.version), m));
-                    // The misaligned public call, as users make it (same offsets as the
-                    // dispatcher's misaligned column).
-                    methods.push(Method::Public {
-                        label: format!("{MISALIGNED_PUBLIC} (ours {})", lib.version),
-                        m: *m,
-                        dev_off: 7,
-                        host_off: 3,
-                    });
+                    methods.push(misaligned(format!("{MISALIGNED_PUBLIC} (ours {})", lib.version), m));
                 }
                 if let Ok(m) = &linked {
                     methods.push(public("public gdr_copy (ours, linked)".into(), m));
                 }
                 if let Some(Ok((m, _, version))) = &other {
                     methods.push(public(format!("other gdr_copy ({version})"), m));
-                    methods.push(Method::Public {
-                        label: format!("{MISALIGNED_OTHER} ({version})"),
-                        m: *m,
-                        dev_off: 7,
-                        host_off: 3,
-                    });
+                    methods.push(misaligned(format!("{MISALIGNED_OTHER} ({version})"), m));
                 }
             }
             let what = match dir {

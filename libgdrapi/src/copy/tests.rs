@@ -411,6 +411,7 @@ fn copy_detect_is_stable_and_selection_consistent() {
         let vbmi = std::arch::is_x86_feature_detected!("avx2")
             && std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
             && std::arch::is_x86_feature_detected!("avx512vbmi")
             && std::arch::is_x86_feature_detected!("bmi2")
             && !super::select::zmm_refused();
