@@ -4,7 +4,8 @@
 //! - [`log`]: an environment-configured logger that writes one line per event to stderr;
 //! - [`boundary`]: the guard every exported C function runs its body in, so no panic reaches C;
 //! - [`dl`] and [`cuda`]: the one place that loads libcuda at run time (dlopen + cuGetProcAddress);
-//! - [`gdr_abi`]: gdrapi.h layouts read by more than one crate (`gdr_info_v2_t`).
+//! - [`gdr_abi`]: gdrapi.h layouts read by more than one crate (`gdr_info_v2_t`);
+//! - [`tls`]: per-thread blocks reached in two instructions (initial-exec TLS), for hot paths.
 
 pub mod boundary;
 pub mod cuda;
@@ -12,5 +13,6 @@ pub mod dl;
 pub mod errno;
 pub mod gdr_abi;
 pub mod log;
+pub mod tls;
 
 pub use errno::{Errno, Result};

@@ -12,23 +12,14 @@
 //! Only the owning thread reads or writes these words (the grace period's writer reads the lines
 //! they point to, never the words), so they are plain cells.
 //!
-//! Rust's `thread_local!` in a shared library uses the general-dynamic TLS model: a call to
-//! `__tls_get_addr` (about ten instructions behind a PLT jump) on every access. TLS descriptors
-//! (the "GNU2" dialect) are no better for a library that is dlopen'ed, as NCCL and UCX load this
-//! one: glibc then resolves them dynamically, and since 2.39 that path saves and restores every
-//! vector register (measured on the H100 machine, Ubuntu 24.04: 14 ns per copy against 10 ns with
-//! the model used here). So on x86-64 Linux the block is declared in assembly and reached with the
-//! initial-exec model: one load of its offset from the GOT and one add of the thread pointer. The
-//! price is the `STATIC_TLS` flag: the 24 bytes come from the static TLS surplus glibc keeps for
-//! exactly such libraries (`glibc.rtld.optional_static_tls`, 512 bytes by default); if a process
-//! has used that up, `dlopen` fails with "cannot allocate memory in static TLS block" and the
-//! tunable raises it (docs/performance.md).
+//! The block is reached with the initial-exec TLS model on x86-64 Linux (two instructions, no
+//! `__tls_get_addr`): `gpudirect_common::tls` says why and what it costs.
 
 use std::cell::Cell;
 
 use crate::grace::Reader;
 
-/// One thread's copy-path words (layout fixed: the x86-64 block below is declared by size).
+/// One thread's copy-path words.
 #[repr(C)]
 pub(crate) struct ThreadWords {
     /// This thread's grace line, null until its first copy.
@@ -40,78 +31,16 @@ pub(crate) struct ThreadWords {
     pub(crate) handles_limit: Cell<usize>,
 }
 
+// Three words of the static TLS surplus (gpudirect_common::tls), no more.
 const _: () = assert!(size_of::<ThreadWords>() == 24 && align_of::<ThreadWords>() == 8);
 
-/// This thread's words.
-///
-/// The reference is `!Send` (the cells make `ThreadWords` `!Sync`), so it cannot leave the thread;
-/// the block has no destructor and lives until the thread's TLS is freed, after its TLS
-/// destructors ran, so it is valid wherever this thread's code runs.
-#[inline(always)]
-pub(crate) fn mine() -> &'static ThreadWords {
-    // SAFETY: see above; the pointer is this thread's block, aligned and zero-initialised (a
-    // valid ThreadWords: null line, zero base and count).
-    unsafe { &*imp::block() }
-}
+// SAFETY: every field is a cell of a raw pointer or an integer: all-zero is a null line and
+// a zero base and count.
+unsafe impl gpudirect_common::tls::ZeroValid for ThreadWords {}
 
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-mod imp {
-    use super::ThreadWords;
-
-    std::arch::global_asm!(
-        // Global but hidden: visible to the other codegen units of this crate (debug builds split
-        // it into many objects), never exported from the shared library; "__"-prefixed, the
-        // implementation's namespace, so no C program's own name can collide with it in the
-        // static archive.
-        ".globl __gdrapi_thread_words",
-        ".hidden __gdrapi_thread_words",
-        ".pushsection .tbss,\"awT\",@nobits",
-        ".balign 8",
-        ".type __gdrapi_thread_words,@object",
-        ".size __gdrapi_thread_words,24",
-        "__gdrapi_thread_words:",
-        ".zero 24",
-        ".popsection",
-    );
-
-    /// The address of this thread's block.
-    #[inline(always)]
-    pub(super) fn block() -> *const ThreadWords {
-        let addr: *const ThreadWords;
-        // SAFETY: the x86-64 initial-exec TLS sequence: the GOT entry holds the block's offset
-        // from the thread pointer, which `%fs:0` holds. Reads only the GOT and the TCB.
-        unsafe {
-            std::arch::asm!(
-                "movq __gdrapi_thread_words@gottpoff(%rip), {a}",
-                "addq %fs:0, {a}",
-                a = out(reg) addr,
-                options(att_syntax, nostack, pure, readonly, preserves_flags),
-            );
-        }
-        addr
-    }
-}
-
-/// Elsewhere, the standard thread-local (aarch64 uses TLS descriptors by default).
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-mod imp {
-    use super::ThreadWords;
-    use std::cell::Cell;
-
-    thread_local! {
-        static MINE: ThreadWords = const {
-            ThreadWords {
-                line: Cell::new(std::ptr::null()),
-                handles_base: Cell::new(0),
-                handles_limit: Cell::new(0),
-            }
-        };
-    }
-
-    #[inline(always)]
-    pub(super) fn block() -> *const ThreadWords {
-        MINE.with(|w| w as *const ThreadWords)
-    }
+gpudirect_common::initial_exec_block! {
+    /// This thread's words (the reference is `!Send`: the cells make `ThreadWords` `!Sync`).
+    pub(crate) fn mine() -> &'static ThreadWords = "__gdrapi_thread_words";
 }
 
 #[cfg(test)]

@@ -7,7 +7,6 @@
 
 #![forbid(unsafe_code)]
 
-use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +15,7 @@ use gpudirect_common::{Errno, Result};
 
 use crate::abi::{GDS_MEMORY_GPU, GDS_MEMORY_HOST, GDS_MEMORY_IO};
 use crate::cuda::*;
+use crate::engine::memo::{self, Memo};
 
 /// Page size used for host and I/O registrations (fixed, as upstream).
 pub const HOST_PAGE: usize = 4096;
@@ -46,24 +46,10 @@ pub struct MemMgr {
 
 impl Default for MemMgr {
     fn default() -> Self {
+        // From 1: id 0 is the empty memo's (memo::Memo).
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         MemMgr { map: Mutex::default(), id: NEXT_ID.fetch_add(1, Ordering::Relaxed), generation: AtomicU64::new(0) }
     }
-}
-
-/// The interval a thread translated through last: a stream-ordered program posts the same flag
-/// words again and again, so most translations hit it without taking the cache's lock.
-#[derive(Clone, Copy)]
-struct Memo {
-    mm: u64,
-    generation: u64,
-    start: usize,
-    end: usize,
-    dev_base: u64,
-}
-
-thread_local! {
-    static MEMO: Cell<Option<Memo>> = const { Cell::new(None) };
 }
 
 /// A memo is only as good as the cache state it was taken in: `release` removes the interval
@@ -72,13 +58,9 @@ thread_local! {
 /// the old address either way, with or without the memo, as in upstream).
 #[inline]
 fn memo_get(mm: &MemMgr, start: usize, end: usize) -> Option<u64> {
-    let m = MEMO.try_with(Cell::get).ok().flatten()?;
+    let m = memo::get();
     (m.mm == mm.id && m.generation == mm.generation.load(Ordering::Acquire) && m.start <= start && end <= m.end)
         .then(|| m.dev_base + (start - m.start) as u64)
-}
-
-fn memo_put(m: Memo) {
-    let _ = MEMO.try_with(|c| c.set(Some(m)));
 }
 
 fn lookup_in(map: &BTreeMap<usize, Interval>, start: usize, end: usize) -> Lookup {
@@ -106,8 +88,10 @@ impl MemMgr {
 
     /// Translates `[ptr, ptr+size)` of memory type `mem_type` into a device address, registering
     /// host/I/O memory on first use (`gds_map_mem`). A repeat of this thread's last translation
-    /// is answered inline from the memo; everything else (and every error) goes the full way.
-    #[inline]
+    /// is answered inline from the memo; everything else (and every error) goes the full way,
+    /// out of line, so that a post's translations inline the memo test alone and need no stack
+    /// frame of their own.
+    #[inline(always)]
     pub fn map_mem(&self, cuda: &dyn Cuda, ptr: usize, size: usize, mem_type: i32) -> Result<u64> {
         let valid = ptr != 0 && matches!(mem_type, GDS_MEMORY_GPU | GDS_MEMORY_HOST | GDS_MEMORY_IO);
         if let (true, Some(end)) = (valid, ptr.checked_add(size.max(1) - 1))
@@ -118,6 +102,7 @@ impl MemMgr {
         self.map_mem_locked(cuda, ptr, size, mem_type)
     }
 
+    #[inline(never)]
     fn map_mem_locked(&self, cuda: &dyn Cuda, ptr: usize, size: usize, mem_type: i32) -> Result<u64> {
         const F: &str = "gds_map_mem";
         if ptr == 0 {
@@ -144,7 +129,7 @@ impl MemMgr {
         match lookup_in(&map, ptr, end) {
             Lookup::Contained(d) => {
                 if let Some((&s, iv)) = map.range(..=ptr).next_back() {
-                    memo_put(memo(s, iv));
+                    memo::put(memo(s, iv));
                 }
                 return Ok(d);
             }
@@ -188,7 +173,7 @@ impl MemMgr {
         };
         gds_dbg!(F, "registered {page:#x}+{len} type {mem_type} -> dev {dev:#x}");
         let iv = Interval { end: page + len - 1, dev_base: dev, owned };
-        memo_put(memo(page, &iv));
+        memo::put(memo(page, &iv));
         map.insert(page, iv);
         Ok(dev + (ptr - page) as u64)
     }

@@ -6,6 +6,7 @@
 pub mod cpu;
 pub mod mapped;
 pub mod memmgr;
+pub mod memo;
 pub mod memops;
 pub mod mlx5_info;
 pub mod peer;
