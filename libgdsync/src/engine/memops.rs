@@ -196,38 +196,50 @@ fn check_mem_type(origin: &str, flags: i32) -> Result<()> {
 }
 
 /// The WAIT_VALUE_32 memop for a poll of `addr` (`cond` a GDS_WAIT_COND_*, `gds_flags` the
-/// descriptor's flags: remote flush).
+/// descriptor's flags: remote flush). The refusals and the warning are out of line, so that a
+/// post inlines this as a handful of tests.
 #[inline]
 fn wait_op(caps: &Caps, addr: u64, value: u32, cond: u32, gds_flags: i32) -> Result<MemOp> {
-    const F: &str = "gds_fill_poll";
-    check_aligned(F, "wait address", addr, 4)?;
+    check_aligned(WAIT_ORIGIN, "wait address", addr, 4)?;
     let mut flags = match cond {
         GDS_WAIT_COND_GEQ | GDS_WAIT_COND_EQ | GDS_WAIT_COND_AND => cond,
         GDS_WAIT_COND_NOR if caps.has_wait_nor => cond,
-        GDS_WAIT_COND_NOR => {
-            gds_err!(
-                F,
-                "GDS_WAIT_COND_NOR is not available on GPU {} (unsupported by the device, or GDS_DISABLE_WAIT_NOR is not 0)",
-                caps.device
-            );
-            return Err(Errno::EINVAL);
-        }
-        c => {
-            gds_err!(F, "invalid wait condition {c}");
-            return Err(Errno::EINVAL);
-        }
+        c => return Err(refuse_wait_cond(caps, c)),
     };
     if gds_flags & GDS_WAIT_POST_FLUSH_REMOTE != 0 {
         if caps.has_remote_flush {
             flags |= CU_STREAM_WAIT_VALUE_FLUSH;
         } else {
-            gds_warn_once!(
-                F,
-                "GPU cannot flush remote writes (or GDS_DISABLE_REMOTE_FLUSH is set): consistency of RDMA data for GPU work launched after a wait is not guaranteed"
-            );
+            warn_no_remote_flush();
         }
     }
     Ok(MemOp::Wait32 { addr, value, flags })
+}
+
+const WAIT_ORIGIN: &str = "gds_fill_poll";
+
+#[cold]
+#[inline(never)]
+fn refuse_wait_cond(caps: &Caps, cond: u32) -> Errno {
+    if cond == GDS_WAIT_COND_NOR {
+        gds_err!(
+            WAIT_ORIGIN,
+            "GDS_WAIT_COND_NOR is not available on GPU {} (unsupported by the device, or GDS_DISABLE_WAIT_NOR is not 0)",
+            caps.device
+        );
+    } else {
+        gds_err!(WAIT_ORIGIN, "invalid wait condition {cond}");
+    }
+    Errno::EINVAL
+}
+
+#[cold]
+#[inline(never)]
+fn warn_no_remote_flush() {
+    gds_warn_once!(
+        WAIT_ORIGIN,
+        "GPU cannot flush remote writes (or GDS_DISABLE_REMOTE_FLUSH is set): consistency of RDMA data for GPU work launched after a wait is not guaranteed"
+    );
 }
 
 /// A write without barrier only where the driver accepts that flag (v1 entry points).
