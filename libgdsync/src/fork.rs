@@ -37,6 +37,14 @@ pub(crate) fn in_child() -> bool {
     IN_CHILD.load(Ordering::Relaxed)
 }
 
+/// Whether the fork handler is registered and this is not a forked child: what [`check`] lets
+/// through, tested without a call. The prepare calls' unguarded fast path starts with it; on
+/// false they take their guarded body, which calls [`check`].
+#[inline]
+pub(crate) fn settled() -> bool {
+    REGISTER.is_completed() && !in_child()
+}
+
 /// The first thing every exported function does: `EIO` in a forked child (one line on stderr,
 /// written without the logger's lock), otherwise makes sure the fork handler is registered.
 #[inline]

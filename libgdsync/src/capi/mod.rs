@@ -459,6 +459,30 @@ pub unsafe extern "C" fn gds_prepare_wait_value32(
     cond_flags: u32,
     flags: c_int,
 ) -> c_int {
+    if crate::fork::settled() && !desc.is_null() && memops::wait_value32_ok(cond_flags, flags) && dword_ptr_ok(ptr) {
+        // The common case, unguarded: a few tests and one store, no call, so nothing here can
+        // panic, and the call needs no stack frame (inside the guard, whose landing pad is on
+        // the same function, it saved six registers). Everything else goes to the guarded body,
+        // out of line, which tests again and reports. SAFETY: non-NULL, writable per the contract.
+        unsafe { desc.write(WaitValue32 { ptr, value, cond_flags, flags }) };
+        return 0;
+    }
+    // SAFETY: forwarded contract.
+    unsafe { prepare_wait_value32_guarded(desc, ptr, value, cond_flags, flags) }
+}
+
+/// [`gds_prepare_wait_value32`] under the guard, for everything but the common case.
+///
+/// # Safety
+/// As [`gds_prepare_wait_value32`].
+#[inline(never)]
+unsafe fn prepare_wait_value32_guarded(
+    desc: *mut WaitValue32,
+    ptr: *mut u32,
+    value: u32,
+    cond_flags: u32,
+    flags: c_int,
+) -> c_int {
     ffi!("gds_prepare_wait_value32", {
         const F: &str = "gds_prepare_wait_value32";
         // SAFETY: NULL or writable.
@@ -481,6 +505,22 @@ pub unsafe extern "C" fn gds_prepare_write_value32(
     value: u32,
     flags: c_int,
 ) -> c_int {
+    if crate::fork::settled() && !desc.is_null() && memops::write_value32_ok(flags) && dword_ptr_ok(ptr) {
+        // The common case, unguarded, as in `gds_prepare_wait_value32`.
+        // SAFETY: non-NULL, and writable per the contract.
+        unsafe { desc.write(WriteValue32 { ptr, value, flags }) };
+        return 0;
+    }
+    // SAFETY: forwarded contract.
+    unsafe { prepare_write_value32_guarded(desc, ptr, value, flags) }
+}
+
+/// [`gds_prepare_write_value32`] under the guard, for everything but the common case.
+///
+/// # Safety
+/// As [`gds_prepare_write_value32`].
+#[inline(never)]
+unsafe fn prepare_write_value32_guarded(desc: *mut WriteValue32, ptr: *mut u32, value: u32, flags: c_int) -> c_int {
     ffi!("gds_prepare_write_value32", {
         const F: &str = "gds_prepare_write_value32";
         // SAFETY: NULL or writable.
@@ -944,6 +984,17 @@ mod tests {
                 libc::EINVAL
             );
             assert_eq!(gds_prepare_write_value32(&mut x, std::ptr::null_mut(), 9, GDS_MEMORY_GPU), libc::EINVAL);
+            // Refusals leave the descriptor as it was, on the fast path's tests as on the guarded
+            // body's: a misaligned word, two memory types.
+            let odd = (&raw mut word).cast::<u8>().wrapping_add(1).cast::<u32>();
+            assert_eq!(gds_prepare_write_value32(&mut x, odd, 7, GDS_MEMORY_HOST), libc::EINVAL);
+            assert_eq!(gds_prepare_write_value32(&mut x, &mut word, 7, GDS_MEMORY_HOST | GDS_MEMORY_GPU), libc::EINVAL);
+            assert_eq!(gds_prepare_wait_value32(&mut w, odd, 7, GDS_WAIT_COND_EQ, GDS_MEMORY_HOST), libc::EINVAL);
+            assert_eq!(
+                gds_prepare_wait_value32(&mut w, &mut word, 7, GDS_WAIT_COND_EQ, GDS_MEMORY_HOST | GDS_MEMORY_IO),
+                libc::EINVAL
+            );
+            assert_eq!((x.value, w.value), (9, 5));
             let mut m = WriteMemory { dest: std::ptr::null_mut(), src: std::ptr::null(), count: 0, flags: 0 };
             let src = [1u8; 8];
             let mut dst = [0u8; 8];

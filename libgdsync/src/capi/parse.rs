@@ -20,8 +20,14 @@ pub(super) fn einval(origin: &str, what: &str) -> Errno {
 
 /// A 32-bit word pointer from the application must be non-NULL and 4-byte aligned.
 #[inline]
+pub(super) fn dword_ptr_ok(ptr: *mut u32) -> bool {
+    !ptr.is_null() && (ptr as usize) & 3 == 0
+}
+
+/// [`dword_ptr_ok`], reported under `origin` when it fails.
+#[inline]
 pub(super) fn check_dword_ptr(origin: &str, ptr: *mut u32) -> Result<()> {
-    if !ptr.is_null() && (ptr as usize) & 3 == 0 { Ok(()) } else { bad_dword_ptr(origin, ptr) }
+    if dword_ptr_ok(ptr) { Ok(()) } else { bad_dword_ptr(origin, ptr) }
 }
 
 #[cold]

@@ -130,11 +130,17 @@ fn mem_type_ok(flags: i32) -> bool {
     matches!(flags & GDS_MEMORY_MASK, GDS_MEMORY_GPU | GDS_MEMORY_HOST | GDS_MEMORY_IO)
 }
 
+/// Whether a WAIT_VALUE32 request's condition and flags are valid.
+#[inline]
+pub fn wait_value32_ok(cond: u32, flags: i32) -> bool {
+    flags & !(GDS_WAIT_POST_FLUSH_REMOTE | GDS_MEMORY_MASK) == 0 && mem_type_ok(flags) && cond <= GDS_WAIT_COND_NOR
+}
+
 /// Checks the flags of a WAIT_VALUE32 request (prepare time and post time). The test is inline
 /// (it runs several times per enqueue); reporting a failure is out of line.
 #[inline]
 pub fn check_wait_value32(cond: u32, flags: i32) -> Result<()> {
-    if flags & !(GDS_WAIT_POST_FLUSH_REMOTE | GDS_MEMORY_MASK) == 0 && mem_type_ok(flags) && cond <= GDS_WAIT_COND_NOR {
+    if wait_value32_ok(cond, flags) {
         return Ok(());
     }
     bad_wait_value32(cond, flags)
@@ -155,10 +161,16 @@ fn bad_wait_value32(cond: u32, flags: i32) -> Result<()> {
     Ok(())
 }
 
+/// Whether a WRITE_VALUE32 request's flags are valid.
+#[inline]
+pub fn write_value32_ok(flags: i32) -> bool {
+    flags & !(GDS_WRITE_PRE_BARRIER_SYS | GDS_MEMORY_MASK) == 0 && mem_type_ok(flags)
+}
+
 /// Checks the flags of a WRITE_VALUE32 request (inline test, out-of-line report).
 #[inline]
 pub fn check_write_value32(flags: i32) -> Result<()> {
-    if flags & !(GDS_WRITE_PRE_BARRIER_SYS | GDS_MEMORY_MASK) == 0 && mem_type_ok(flags) {
+    if write_value32_ok(flags) {
         return Ok(());
     }
     bad_write_value32(flags)
