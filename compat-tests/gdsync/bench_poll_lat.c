@@ -10,7 +10,11 @@
  *         the v2 entry points take no NO_MEMORY_BARRIER)
  *   batch one cuStreamBatchMemOp() with the same two operations
  * Reported per mode: median, p10 and p90 of the enqueue cost and of the round trip (CPU write to
- * CPU seeing the GPU's write), and gds/raw ratios of the medians.
+ * CPU seeing the GPU's write), and gds/raw ratios of the medians. Then the gds/batch enqueue
+ * ratio paired by block: each gds block's median over the batch block of the same round, the
+ * median of those ratios with its 95% confidence interval. A machine whose speed changes in the
+ * middle of a run moves both blocks of a round alike, so this ratio stays put where the ratio of
+ * the two whole-run medians does not.
  *
  * With -w, each timed enqueue is preceded by the same mode's call on a second stream (waiting
  * for a value that is already there, writing a scratch word): the timed call then finds the
@@ -23,6 +27,7 @@
 #define _GNU_SOURCE
 #include <gdsync.h>
 #include <gdsync/tools.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +54,41 @@ static double pct(double *v, int n, double p)
 {
 	qsort(v, n, sizeof(*v), cmp);
 	return v[(int)(p * (n - 1) + 0.5)];
+}
+
+/* Median of v[0..n) without reordering v (n <= 4096). */
+static double median_of(const double *v, int n)
+{
+	double t[4096];
+	if (n > 4096) n = 4096;
+	memcpy(t, v, n * sizeof(*t));
+	return pct(t, n, 0.5);
+}
+
+/* The gds/batch enqueue ratio paired by round (block k of each mode was measured in round k):
+ * median over rounds and its 95% interval from order statistics (ranks n/2 -+ 0.98 sqrt(n)).
+ * Must run before the whole-run percentiles, which sort the arrays. 0 rounds: too few samples. */
+struct paired { int rounds; double median, lo, hi; };
+
+static struct paired paired_ratio(double *const *post, const int *cnt, int block)
+{
+	struct paired p = { 0, 0, 0, 0 };
+	int rounds = cnt[GDS] / block < cnt[BATCH] / block ? cnt[GDS] / block : cnt[BATCH] / block;
+	if (rounds < 1) return p;
+	double *r = calloc(rounds, sizeof(*r));
+	for (int k = 0; k < rounds; k++)
+		r[k] = median_of(post[GDS] + k * block, block) / median_of(post[BATCH] + k * block, block);
+	qsort(r, rounds, sizeof(*r), cmp);
+	double half = 0.98 * sqrt((double)rounds);
+	int lo = (int)floor(rounds / 2.0 - half), hi = (int)ceil(rounds / 2.0 + half);
+	if (lo < 0) lo = 0;
+	if (hi > rounds - 1) hi = rounds - 1;
+	p.rounds = rounds;
+	p.median = rounds % 2 ? r[rounds / 2] : (r[rounds / 2 - 1] + r[rounds / 2]) / 2;
+	p.lo = r[lo];
+	p.hi = r[hi];
+	free(r);
+	return p;
 }
 
 #define CK(call) do { CUresult r_ = (call); if (r_) { fprintf(stderr, "%s failed: %d\n", #call, r_); exit(2); } } while (0)
@@ -162,6 +202,7 @@ int main(int argc, char **argv)
 	       name, drv, n, block, spin_us, warm ? ", warmed (-w)" : "");
 	printf("%-6s %28s %28s\n", "mode", "enqueue us (median p10 p90)", "round trip us (median p10 p90)");
 	double med_post[NMODES], med_rtt[NMODES];
+	struct paired pr = paired_ratio(post, cnt, block);
 	for (int m = 0; m < NMODES; m++) {
 		double p10 = pct(post[m], cnt[m], 0.1), p90 = pct(post[m], cnt[m], 0.9);
 		med_post[m] = pct(post[m], cnt[m], 0.5);
@@ -172,6 +213,9 @@ int main(int argc, char **argv)
 	printf("ratio gds/raw: enqueue %.2f, round trip %.2f; gds/batch: enqueue %.2f, round trip %.2f\n",
 	       med_post[GDS] / med_post[RAW], med_rtt[GDS] / med_rtt[RAW], med_post[GDS] / med_post[BATCH],
 	       med_rtt[GDS] / med_rtt[BATCH]);
+	if (pr.rounds)
+		printf("paired gds/batch enqueue (block medians, %d rounds): %.3f (95%% CI %.3f..%.3f)\n", pr.rounds,
+		       pr.median, pr.lo, pr.hi);
 	printf("stream already drained before the CPU write: %d times; round-trip timeouts (%d ms): %d\n", not_blocked, timeout_ms, timeouts);
 	gds_free_mapped_memory(&mem);
 	return timeouts ? 1 : 0;

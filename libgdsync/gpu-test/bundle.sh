@@ -17,7 +17,7 @@ ln -sf libgdsync.so.2 "$B/lib/libgdsync.so"
 ln -sf "$top/target/release/libcuda.so" "$B/linkstub/libcuda.so"
 CF=(-std=gnu11 -O2 -Wall -Wextra -Werror -I"$top/include" -I"$top/.deps/cuda/include")
 gcc "${CF[@]}" compat-tests/gdsync/stream_suite.c -o "$B/stream_suite" -L"$B/lib" -L"$B/linkstub" -lgdsync -lcuda -lpthread
-gcc "${CF[@]}" compat-tests/gdsync/bench_poll_lat.c -o "$B/bench_poll_lat" -L"$B/lib" -L"$B/linkstub" -lgdsync -lcuda
+gcc "${CF[@]}" compat-tests/gdsync/bench_poll_lat.c -o "$B/bench_poll_lat" -L"$B/lib" -L"$B/linkstub" -lgdsync -lcuda -lm
 gcc "${CF[@]}" compat-tests/gdsync/abi_layout.c -o "$B/abi_layout"
 cp -r /usr/include/infiniband "$B/include-extra/"
 # The Rust integration test of prepared send/wait requests (run.sh sets GDSYNC_REQUESTS_REAL_CUDA=1

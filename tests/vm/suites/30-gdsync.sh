@@ -34,7 +34,7 @@ ln -s "$STAGE_LIB/libcuda.so.1" "$WORK/lib/libcuda.so"
 CF=(-std=gnu11 -O2 -g -Wall -Wextra -Werror -I"$REPO/include" -I"$CUDA_INC")
 gcc "${CF[@]}" "$CT/stream_suite.c" -o "$WORK/stream_suite" -L"$WORK/lib" -lgdsync -lcuda -lpthread ||
 	die "cannot compile stream_suite.c"
-gcc "${CF[@]}" "$CT/bench_poll_lat.c" -o "$WORK/bench_poll_lat" -L"$WORK/lib" -lgdsync -lcuda ||
+gcc "${CF[@]}" "$CT/bench_poll_lat.c" -o "$WORK/bench_poll_lat" -L"$WORK/lib" -lgdsync -lcuda -lm ||
 	die "cannot compile bench_poll_lat.c"
 export LD_LIBRARY_PATH=$WORK/lib:$STAGE_LIB
 
@@ -62,6 +62,15 @@ for opts in "-n 200 -b 20" "-n 60 -b 20 -w"; do
 	if timeout 120 "$WORK/bench_poll_lat" $opts -t 10000 >"$WORK/bench.txt" 2>&1; then
 		pass "bench_poll_lat smoke run ($opts)"
 		sed 's/^/    | /' "$WORK/bench.txt"
+		# The paired ratio is printed, and its interval holds its median.
+		if awk '/^paired gds\/batch enqueue/ { gsub(/[(),]/, " "); split($0, w, " ");
+				for (i in w) if (w[i] == "CI") { split(w[i + 1], b, "\\.\\."); m = w[i - 2] }
+				ok = (m + 0 > 0 && b[1] + 0 <= m + 0 && m + 0 <= b[2] + 0) }
+			END { exit !ok }' "$WORK/bench.txt"; then
+			pass "bench_poll_lat paired ratio and interval ($opts)"
+		else
+			fail "bench_poll_lat paired ratio line missing or its interval misses its median ($opts)"
+		fi
 	else
 		sed 's/^/    | /' "$WORK/bench.txt" | tail -n 20
 		fail "bench_poll_lat ($opts)"
