@@ -5,9 +5,9 @@
 //! It is a plain `thread_local!` (general-dynamic TLS: a call to `__tls_get_addr` per access),
 //! not an initial-exec block as libgdrapi's copy path uses (`gpudirect_common::tls`): that would
 //! save about 22 instructions of a post's 450 (callgrind), but it marks the library
-//! `STATIC_TLS`, and then its whole TLS segment (240 bytes, most of it the standard library's)
-//! comes out of the 512-byte surplus glibc keeps for dlopen'ed libraries, of which libgdrapi
-//! already takes 152.
+//! `STATIC_TLS`, and then its whole TLS segment (296 bytes: the standard library's
+//! thread-locals, the scratch buffers and this memo) comes out of the 512-byte surplus glibc
+//! keeps for dlopen'ed libraries, of which libgdrapi already takes 152.
 
 use std::cell::Cell;
 
