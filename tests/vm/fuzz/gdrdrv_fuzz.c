@@ -134,6 +134,7 @@ struct proc {
 	pthread_mutex_t lock;	/* the tables below; never held across a syscall that can block */
 	int files[NFILES];	/* gdrdrv fds, -1 closed */
 	int gs;			/* gpusim fd */
+	unsigned gs_gen;	/* op_gs_reset's count: a number alone can come back (see gs_replaced) */
 	struct alloc allocs[NALLOCS];
 	struct handle handles[NHANDLES];
 	struct thread *threads;
@@ -757,16 +758,18 @@ static void op_kaccess(struct thread *t)
 }
 
 /*
- * Whether `gs`, a number this thread read from p->gs, has been replaced by op_gs_reset since:
- * then it may be closed, or reused by any file the process opened after (a gdrdrv file from
- * op_reopen answers a gpusim ioctl with EINVAL), and no answer through it is a finding.
+ * Whether op_gs_reset has replaced the gpusim file since this thread read p->gs together with
+ * `gen`: then the number it holds may be closed, or reused by any file the process opened after
+ * (a gdrdrv file from op_reopen answers a gpusim ioctl with EINVAL), and no answer through it is a
+ * finding. The count, not the number, tells: after more resets and reopens, p->gs can be that
+ * same number again, naming another gpusim file (seen once in CI, seed 0x6d5a08a9259cabce).
  */
-static bool gs_replaced(struct proc *p, int gs)
+static bool gs_replaced(struct proc *p, unsigned gen)
 {
 	bool replaced;
 
 	pthread_mutex_lock(&p->lock);
-	replaced = p->gs != gs;
+	replaced = p->gs_gen != gen;
 	pthread_mutex_unlock(&p->lock);
 	return replaced;
 }
@@ -775,18 +778,20 @@ static void op_gs_free(struct thread *t)
 {
 	struct proc *p = t->p;
 	int i = (int)below(&t->rng, NALLOCS), err, gs;
+	unsigned gen;
 	struct gpusim_free f;
 	struct gpusim_alloc a = { 0 };
 
 	pthread_mutex_lock(&p->lock);
 	gs = p->gs;
+	gen = p->gs_gen;
 	f.gpu_va = p->allocs[i].va ? p->allocs[i].va : rnd(&t->rng);
 	p->allocs[i].va = 0;
 	pthread_mutex_unlock(&p->lock);
 	/* Free callbacks run inside this call, racing the other threads' use of the pins. */
 	err = ioctl(gs, GPUSIM_IOC_FREE, &f) ? errno : 0;
 	count(OP_GS_FREE, !err);
-	if (err && err != EINVAL && err != EBADF && !gs_replaced(p, gs))
+	if (err && err != EINVAL && err != EBADF && !gs_replaced(p, gen))
 		fail(t, "gpusim free: %s", strerror(err));
 	a.size = chance(&t->rng, 30) ? 1 + below(&t->rng, MAX_ALLOC) :
 				       (1 + below(&t->rng, MAX_ALLOC / GPAGE)) * GPAGE;
@@ -796,7 +801,7 @@ static void op_gs_free(struct thread *t)
 		pthread_mutex_unlock(&p->lock);
 	} else if (errno != ENOMEM && errno != EBADF) {
 		err = errno;
-		if (!gs_replaced(p, gs))
+		if (!gs_replaced(p, gen))
 			fail(t, "gpusim alloc of 0x%llx: %s", (unsigned long long)a.size, strerror(err));
 	}
 }
@@ -814,6 +819,7 @@ static void op_gs_reset(struct thread *t)
 	pthread_mutex_lock(&p->lock);
 	old = p->gs;
 	p->gs = nfd;
+	p->gs_gen++;
 	memset(p->allocs, 0, sizeof(p->allocs));
 	pthread_mutex_unlock(&p->lock);
 	/* Other threads may still be using old's number: they see EBADF or whatever file gets it next. */
