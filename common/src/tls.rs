@@ -28,8 +28,9 @@ pub unsafe trait ZeroValid {}
 
 /// Declares `fn $name() -> &'static $ty`: this thread's zero-initialised `$ty`, in a TLS block
 /// named `$sym` (a hidden symbol: it never leaves the shared library). `$ty` must be
-/// [`ZeroValid`], must not need dropping (the block has no destructor) and must be `!Sync`
-/// (cells), so the reference cannot be shared with another thread.
+/// [`ZeroValid`], must not need dropping (the block has no destructor) and must not be `Sync`
+/// (cells), so the reference cannot be shared with another thread; all three are checked when
+/// the crate compiles.
 ///
 /// The reference is valid wherever this thread's code runs: the block lives until the thread's
 /// TLS is freed, after its TLS destructors ran.
@@ -40,6 +41,16 @@ macro_rules! initial_exec_block {
             assert!(!::core::mem::needs_drop::<$ty>(), "a TLS block has no destructor");
             const fn zero_valid<T: $crate::tls::ZeroValid>() {}
             zero_valid::<$ty>()
+        };
+        // Not `Sync`: for a `Sync` type both impls below apply, and the path at the end is
+        // ambiguous, which fails the build (stable Rust has no negative bounds).
+        const _: () = {
+            trait AmbiguousIfSync<Marker> {
+                const SOME: () = ();
+            }
+            impl<T: ?Sized> AmbiguousIfSync<()> for T {}
+            impl<T: ?Sized + Sync> AmbiguousIfSync<u8> for T {}
+            <$ty as AmbiguousIfSync<_>>::SOME
         };
 
         #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
