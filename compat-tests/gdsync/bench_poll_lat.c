@@ -56,28 +56,21 @@ static double pct(double *v, int n, double p)
 	return v[(int)(p * (n - 1) + 0.5)];
 }
 
-/* Median of v[0..n) without reordering v (n <= 4096). */
-static double median_of(const double *v, int n)
-{
-	double t[4096];
-	if (n > 4096) n = 4096;
-	memcpy(t, v, n * sizeof(*t));
-	return pct(t, n, 0.5);
-}
-
 /* The gds/batch enqueue ratio paired by round (block k of each mode was measured in round k):
  * median over rounds and its 95% interval from order statistics (ranks n/2 -+ 0.98 sqrt(n)).
- * Must run before the whole-run percentiles, which sort the arrays. 0 rounds: too few samples. */
+ * Must run before the whole-run percentiles: it sorts each block in place, which they, sorting
+ * the whole array, do not mind, but it needs the blocks in measurement order. 0 rounds: too few
+ * samples. */
 struct paired { int rounds; double median, lo, hi; };
 
-static struct paired paired_ratio(double *const *post, const int *cnt, int block)
+static struct paired paired_ratio(double **post, const int *cnt, int block)
 {
 	struct paired p = { 0, 0, 0, 0 };
 	int rounds = cnt[GDS] / block < cnt[BATCH] / block ? cnt[GDS] / block : cnt[BATCH] / block;
 	if (rounds < 1) return p;
 	double *r = calloc(rounds, sizeof(*r));
 	for (int k = 0; k < rounds; k++)
-		r[k] = median_of(post[GDS] + k * block, block) / median_of(post[BATCH] + k * block, block);
+		r[k] = pct(post[GDS] + k * block, block, 0.5) / pct(post[BATCH] + k * block, block, 0.5);
 	qsort(r, rounds, sizeof(*r), cmp);
 	double half = 0.98 * sqrt((double)rounds);
 	int lo = (int)floor(rounds / 2.0 - half), hi = (int)ceil(rounds / 2.0 + half);

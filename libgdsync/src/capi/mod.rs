@@ -463,7 +463,8 @@ pub unsafe extern "C" fn gds_prepare_wait_value32(
         // The common case, unguarded: a few tests and one store, no call, so nothing here can
         // panic, and the call needs no stack frame (inside the guard, whose landing pad is on
         // the same function, it saved six registers). Everything else goes to the guarded body,
-        // out of line, which tests again and reports. SAFETY: non-NULL, writable per the contract.
+        // out of line, which tests again and reports.
+        // SAFETY: non-NULL, and writable per the contract.
         unsafe { desc.write(WaitValue32 { ptr, value, cond_flags, flags }) };
         return 0;
     }
