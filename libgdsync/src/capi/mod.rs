@@ -16,6 +16,7 @@ use crate::cuda::cuda;
 use crate::engine::memmgr::memmgr;
 use crate::engine::memops::{self, Desc, Scratch};
 use crate::engine::peer::peers;
+use crate::engine::post_line::process_line;
 use crate::engine::ranges::ranges;
 use crate::env::settings;
 use crate::verbs::provider;
@@ -574,12 +575,10 @@ pub unsafe extern "C" fn gds_stream_post_descriptors(
             gds_dbg!("gds_stream_post_descriptors", "flags {flags:#x} ignored (reserved, as upstream)");
         }
         // SAFETY: forwarded contract.
-        if let Some(values) = unsafe { value_descs(n_descs, descs) } {
-            let (c, env) = (cuda()?, settings());
-            let vals = values.iter().filter_map(value_desc);
-            if let Some(r) = memops::post_values(c, env, peers(), memmgr(), stream as usize, vals) {
-                return r;
-            }
+        if let Some(values) = unsafe { value_descs(n_descs, descs) }
+            && let Some(line) = process_line()?
+        {
+            return memops::post_values(line, stream as usize, values.iter().filter_map(value_desc));
         }
         memops::with_scratch(|s| {
             // SAFETY: forwarded contract.

@@ -60,6 +60,11 @@ pub trait Cuda: Sync {
     fn device_get_attribute(&self, attr: c_int, dev: i32) -> CuRes<i32>;
     /// `cuStreamBatchMemOp`; the driver may write the `alias` fields, hence `&mut`.
     fn batch_mem_op(&self, stream: usize, ops: &mut [BatchMemOpParams], flags: u32) -> CuRes<()>;
+    /// The batch entry point itself, for a caller that keeps it next to its other hot state
+    /// ([`crate::engine::post_line`]); `None` where there is no driver entry point (the fakes).
+    fn batch_entry(&self) -> Option<BatchEntry> {
+        None
+    }
     fn mem_host_register(&self, addr: usize, len: usize, flags: u32) -> CuRes<()>;
     fn mem_host_unregister(&self, addr: usize) -> CuRes<()>;
     fn mem_host_get_device_pointer(&self, addr: usize) -> CuRes<u64>;
@@ -86,6 +91,26 @@ type FnMemFree = unsafe extern "C" fn(u64) -> CuResult;
 type FnPointerSetAttribute = unsafe extern "C" fn(*const c_void, c_int, u64) -> CuResult;
 type FnGetErrorString = unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult;
 
+/// `cuStreamBatchMemOp` as resolved from libcuda.so.1: a plain copyable function pointer, so that
+/// a post can call the driver without reaching [`RealCuda`] (another cache line) first. Only
+/// [`RealCuda::load`] makes one, from the symbol resolved for the prototype [`FnBatchMemOp`].
+#[derive(Clone, Copy)]
+pub struct BatchEntry(FnBatchMemOp);
+
+impl BatchEntry {
+    /// Submits `ops` on `stream` with the batch `flags`.
+    #[inline]
+    pub fn call(self, stream: usize, ops: &mut [BatchMemOpParams], flags: u32) -> CuRes<()> {
+        let n = c_uint::try_from(ops.len()).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+        let p = if ops.is_empty() { std::ptr::null_mut() } else { ops.as_mut_ptr() };
+        // SAFETY: the pointer is the driver's cuStreamBatchMemOp for this prototype (the only
+        // constructor is RealCuda::load); `p` points to `n` initialised 48-byte
+        // CUstreamBatchMemOpParams (layout tested in abi.rs) that stay alive for the call; the
+        // stream handle is the application's.
+        check(unsafe { (self.0)(stream, n, p, flags) })
+    }
+}
+
 /// libcuda.so.1, with the entry points resolved once.
 pub struct RealCuda {
     _driver: Driver,
@@ -97,7 +122,7 @@ pub struct RealCuda {
     ctx_get_device: FnCtxGetDevice,
     device_count: FnDeviceGetCount,
     device_get_attribute: FnDeviceGetAttribute,
-    batch_mem_op: FnBatchMemOp,
+    batch_mem_op: BatchEntry,
     mem_host_register: FnMemHostRegister,
     mem_host_unregister: FnMemHostUnregister,
     mem_host_get_device_pointer: FnMemHostGetDevicePointer,
@@ -150,7 +175,7 @@ impl RealCuda {
             ctx_get_device: get!(c"cuCtxGetDevice", FnCtxGetDevice),
             device_count: get!(c"cuDeviceGetCount", FnDeviceGetCount),
             device_get_attribute: get!(c"cuDeviceGetAttribute", FnDeviceGetAttribute),
-            batch_mem_op: get!(c"cuStreamBatchMemOp", FnBatchMemOp),
+            batch_mem_op: BatchEntry(get!(c"cuStreamBatchMemOp", FnBatchMemOp)),
             mem_host_register: get!(c"cuMemHostRegister", FnMemHostRegister),
             mem_host_unregister: get!(c"cuMemHostUnregister", FnMemHostUnregister),
             mem_host_get_device_pointer: get!(c"cuMemHostGetDevicePointer", FnMemHostGetDevicePointer),
@@ -213,11 +238,10 @@ impl Cuda for RealCuda {
         Ok(v)
     }
     fn batch_mem_op(&self, stream: usize, ops: &mut [BatchMemOpParams], flags: u32) -> CuRes<()> {
-        let n = c_uint::try_from(ops.len()).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
-        let p = if ops.is_empty() { std::ptr::null_mut() } else { ops.as_mut_ptr() };
-        // SAFETY: `p` points to `n` initialised 48-byte CUstreamBatchMemOpParams (layout tested in
-        // abi.rs) that stay alive for the call; the stream handle is the application's.
-        check(unsafe { (self.batch_mem_op)(stream, n, p, flags) })
+        self.batch_mem_op.call(stream, ops, flags)
+    }
+    fn batch_entry(&self) -> Option<BatchEntry> {
+        Some(self.batch_mem_op)
     }
     fn mem_host_register(&self, addr: usize, len: usize, flags: u32) -> CuRes<()> {
         // SAFETY: the driver pins the pages itself and fails cleanly on unmapped addresses.

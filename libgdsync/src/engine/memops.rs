@@ -9,9 +9,12 @@
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::*;
+use gpudirect_common::cuda::CuResult;
+
 use crate::cuda::{Cuda, errno_of};
 use crate::engine::memmgr::MemMgr;
 use crate::engine::peer::{self, Caps, Peers};
+use crate::engine::post_line::PostLine;
 use crate::engine::ranges::Ranges;
 use crate::env::Settings;
 
@@ -603,50 +606,50 @@ pub const FAST_MAX: usize = 4;
 /// [`stream_post`] for up to [`FAST_MAX`] WAIT_VALUE32/WRITE_VALUE32 descriptors (a flag wait
 /// plus a flag write is the call a stream-synchronised program makes per step) when every GPU is
 /// alike: the memops go from the descriptors into one stack array and one driver call, with the
-/// same checks, flags, log lines and errors as the general path. `None` when the GPUs differ
-/// (the caller then takes [`stream_post`], which resolves the stream).
-pub fn post_values(
-    cuda: &dyn Cuda,
-    env: &Settings,
-    peers: &Peers,
-    mm: &MemMgr,
-    stream: usize,
-    descs: impl Iterator<Item = ValueDesc>,
-) -> Option<Result<()>> {
+/// same checks, flags, log lines and errors as the general path. Everything it reads besides the
+/// descriptors and the registration cache is on `line` ([`PostLine`]).
+pub fn post_values(line: &PostLine, stream: usize, descs: impl Iterator<Item = ValueDesc>) -> Result<()> {
     const F: &str = "gds_stream_post_descriptors";
-    let caps = peers.uniform(cuda, env)?;
     let mut params = [BatchMemOpParams::default(); FAST_MAX];
-    let mut map = |p, s, t| mm.map_mem(cuda, p, s, t);
+    let mut map = |p, s, t| line.mm.map_mem(line.cuda, p, s, t);
     let mut n = 0;
     for (d, slot) in descs.zip(params.iter_mut()) {
-        match value_op(&caps, d, &mut map) {
+        match value_op(&line.caps, d, &mut map) {
             Ok(op) => *slot = op.to_params(),
             Err(err) => {
                 gds_err!(F, "descriptor {n} failed: {err}");
-                return Some(Err(err));
+                return Err(err);
             }
         }
         n += 1;
     }
     if n == 0 {
-        return Some(Ok(()));
+        return Ok(());
     }
-    let relaxed = !env.disable_weak_consistency && caps.has_weak;
-    let flags = if relaxed { CU_STREAM_BATCH_MEM_OP_RELAXED_ORDERING } else { 0 };
-    let r = match cuda.batch_mem_op(stream, &mut params[..n], flags) {
+    let ops = &mut params[..n];
+    let r = match line.batch {
+        Some(entry) => entry.call(stream, ops, line.batch_flags),
+        None => line.cuda.batch_mem_op(stream, ops, line.batch_flags),
+    };
+    let r = match r {
         Ok(()) => {
-            if env.enable_dump_memops {
-                dump_params("gds_stream_batch_ops", &params[..n]);
+            if line.dump_memops {
+                dump_params("gds_stream_batch_ops", ops);
             }
             Ok(())
         }
-        Err(r) => {
-            gds_err!("gds_stream_batch_ops", "cuStreamBatchMemOp({n} ops) failed: {} ({r})", cuda.error_string(r));
-            dump_params("gds_stream_batch_ops", &params[..n]);
-            Err(errno_of(r))
-        }
+        Err(r) => Err(batch_failed(line.cuda, ops, r)),
     };
-    Some(classify_refusal(cuda, stream, r))
+    classify_refusal(line.cuda, stream, r)
+}
+
+/// A refused batch: its log lines (the error and every op) and its errno.
+#[cold]
+#[inline(never)]
+fn batch_failed(cuda: &dyn Cuda, ops: &[BatchMemOpParams], r: CuResult) -> Errno {
+    gds_err!("gds_stream_batch_ops", "cuStreamBatchMemOp({} ops) failed: {} ({r})", ops.len(), cuda.error_string(r));
+    dump_params("gds_stream_batch_ops", ops);
+    errno_of(r)
 }
 
 fn dump_params(origin: &str, params: &[BatchMemOpParams]) {
@@ -976,7 +979,8 @@ mod tests {
             cuda.stream_ctx(0x5000_0000, 0xc7, 0);
             let (peers, mm, r) = (Peers::default(), MemMgr::default(), Ranges::default());
             let res = if fast {
-                post_values(&cuda, &env, &peers, &mm, 0x5000_0000, vals.iter().copied()).expect("uniform")
+                let line = PostLine::new(&cuda, &env, &peers, &mm).expect("uniform");
+                post_values(&line, 0x5000_0000, vals.iter().copied())
             } else {
                 let mut s = Scratch { descs: vals.iter().map(as_desc).collect(), ..Default::default() };
                 stream_post(&cuda, &env, &peers, &mm, &r, 0x5000_0000, &mut s)
@@ -989,20 +993,21 @@ mod tests {
         assert_eq!(fast.1.len(), 1);
         assert_eq!(fast.1[0].1.len(), 3);
 
-        // Errors: a bad descriptor submits nothing; an unknown stream is EINVAL; GPUs that differ
-        // leave the call to the general path.
+        // Errors: a bad descriptor submits nothing; an unknown stream is EINVAL; a refused batch
+        // is the driver's error. (GPUs that differ have no line: post_line's test.)
         let cuda = FakeCuda::new();
         let (peers, mm) = (Peers::default(), MemMgr::default());
+        let line = PostLine::new(&cuda, &env, &peers, &mm).expect("uniform");
         let bad = [vals[0], ValueDesc::Write { ptr: p + 2, value: 0, flags: GDS_MEMORY_HOST }];
         cuda.stream_ctx(0x5000_0000, 0xc7, 0);
-        assert_eq!(post_values(&cuda, &env, &peers, &mm, 0x5000_0000, bad.into_iter()), Some(Err(Errno::EINVAL)));
+        assert_eq!(post_values(&line, 0x5000_0000, bad.into_iter()), Err(Errno::EINVAL));
         assert!(cuda.batches().is_empty());
-        assert_eq!(post_values(&cuda, &env, &peers, &mm, 0x6000_0000, vals.into_iter()), Some(Err(Errno::EINVAL)));
+        assert_eq!(post_values(&line, 0x6000_0000, vals.into_iter()), Err(Errno::EINVAL));
         assert!(cuda.batches().is_empty());
-        assert_eq!(post_values(&cuda, &env, &peers, &mm, 0x5000_0000, std::iter::empty()), Some(Ok(())));
-        let cuda = FakeCuda::new();
-        cuda.set_device_count(None);
-        assert_eq!(post_values(&cuda, &env, &Peers::default(), &mm, 0, vals.into_iter()), None);
+        assert_eq!(post_values(&line, 0x5000_0000, std::iter::empty()), Ok(()));
+        cuda.fail_batch(0, crate::cuda::CUDA_ERROR_OUT_OF_MEMORY);
+        assert_eq!(post_values(&line, 0x5000_0000, vals.into_iter()), Err(Errno::ENOMEM));
+        assert!(cuda.batches().is_empty());
     }
 
     #[test]

@@ -10,4 +10,5 @@ pub mod memo;
 pub mod memops;
 pub mod mlx5_info;
 pub mod peer;
+pub mod post_line;
 pub mod ranges;
