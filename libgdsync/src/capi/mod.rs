@@ -12,11 +12,11 @@ use gpudirect_common::boundary::{errno_call, guard};
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::*;
-use crate::cuda::cuda;
+use crate::cuda::{CuRes, cuda};
 use crate::engine::memmgr::memmgr;
 use crate::engine::memops::{self, Desc, Scratch};
 use crate::engine::peer::peers;
-use crate::engine::post_line::process_line;
+use crate::engine::post_line::{self, PostLine, process_line};
 use crate::engine::ranges::ranges;
 use crate::env::settings;
 use crate::verbs::provider;
@@ -570,6 +570,44 @@ pub unsafe extern "C" fn gds_stream_post_descriptors(
     descs: *mut Descriptor,
     flags: c_int,
 ) -> c_int {
+    // The common case, unguarded as the prepares' is: a flag wait and write (up to FAST_MAX value
+    // descriptors) whose words this thread translated before, once a post has made the post
+    // line. No call but the driver's own (which cannot unwind into us), so nothing here can
+    // panic; a batch the driver refused, and everything that is not this case, goes on under the
+    // guard.
+    if flags == 0
+        && crate::fork::settled()
+        && let Some(line) = post_line::ready()
+        && let Some(entry) = line.batch
+        // SAFETY: forwarded contract.
+        && let Some(values) = unsafe { value_descs(n_descs, descs) }
+    {
+        let mut params = [BatchMemOpParams::default(); memops::FAST_MAX];
+        if let Some(ops) = memops::plain_values(&line.caps, line.mm, values.iter().map(value_desc), &mut params) {
+            let r = entry.call(stream as usize, ops, line.batch_flags);
+            if r.is_ok() && !line.dump_memops {
+                return 0;
+            }
+            return plain_batch_done(line, stream, ops, r);
+        }
+    }
+    // SAFETY: forwarded contract.
+    unsafe { post_descriptors_guarded(stream, n_descs, descs, flags) }
+}
+
+/// The rest of a plain batch under the guard: its dump, or its refusal's log lines and errno.
+#[cold]
+#[inline(never)]
+fn plain_batch_done(line: &PostLine, stream: CuStream, ops: &[BatchMemOpParams], r: CuRes<()>) -> c_int {
+    ffi!("gds_stream_post_descriptors", { memops::batch_done(line, stream as usize, ops, r) })
+}
+
+/// [`gds_stream_post_descriptors`] under the guard, for everything but its common case.
+///
+/// # Safety
+/// As [`gds_stream_post_descriptors`].
+#[inline(never)]
+unsafe fn post_descriptors_guarded(stream: CuStream, n_descs: usize, descs: *mut Descriptor, flags: c_int) -> c_int {
     ffi!("gds_stream_post_descriptors", {
         if flags != 0 {
             gds_dbg!("gds_stream_post_descriptors", "flags {flags:#x} ignored (reserved, as upstream)");

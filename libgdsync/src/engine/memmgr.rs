@@ -56,7 +56,7 @@ impl Default for MemMgr {
 /// under the lock and bumps the generation before undoing the registration, so a memo taken
 /// before a release is never used after it (a translation racing the release itself can return
 /// the old address either way, with or without the memo, as in upstream).
-#[inline]
+#[inline(always)]
 fn memo_get(mm: &MemMgr, start: usize, end: usize) -> Option<u64> {
     let m = memo::get();
     (m.mm == mm.id && m.generation == mm.generation.load(Ordering::Acquire) && m.start <= start && end <= m.end)
@@ -100,6 +100,17 @@ impl MemMgr {
             return Ok(d);
         }
         self.map_mem_locked(cuda, ptr, size, mem_type)
+    }
+
+    /// The device address of `[ptr, ptr + size)` if this thread's memo holds it (no lock, no
+    /// registration, no log line; `None` for anything else, including a NULL `ptr`).
+    #[inline(always)]
+    pub fn remembered(&self, ptr: usize, size: usize) -> Option<u64> {
+        let end = ptr.checked_add(size.max(1) - 1)?;
+        if ptr == 0 {
+            return None;
+        }
+        memo_get(self, ptr, end)
     }
 
     #[inline(never)]

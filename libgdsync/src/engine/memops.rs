@@ -11,7 +11,7 @@ use gpudirect_common::{Errno, Result};
 use crate::abi::*;
 use gpudirect_common::cuda::CuResult;
 
-use crate::cuda::{Cuda, errno_of};
+use crate::cuda::{CuRes, Cuda, errno_of};
 use crate::engine::memmgr::MemMgr;
 use crate::engine::peer::{self, Caps, Peers};
 use crate::engine::post_line::PostLine;
@@ -631,6 +631,13 @@ pub fn post_values(line: &PostLine, stream: usize, descs: impl Iterator<Item = V
         Some(entry) => entry.call(stream, ops, line.batch_flags),
         None => line.cuda.batch_mem_op(stream, ops, line.batch_flags),
     };
+    batch_done(line, stream, ops, r)
+}
+
+/// What follows a value batch's driver call: the dump of its memops where
+/// `GDS_ENABLE_DUMP_MEMOPS` asks for it, or the refusal's log lines and errno (upstream's answer
+/// for a stream the driver refused).
+pub fn batch_done(line: &PostLine, stream: usize, ops: &[BatchMemOpParams], r: CuRes<()>) -> Result<()> {
     let r = match r {
         Ok(()) => {
             if line.dump_memops {
@@ -641,6 +648,53 @@ pub fn post_values(line: &PostLine, stream: usize, descs: impl Iterator<Item = V
         Err(r) => Err(batch_failed(line.cuda, ops, r)),
     };
     classify_refusal(line.cuda, stream, r)
+}
+
+/// The memops of [`post_values`]'s common case, built without a log line, a registration or a
+/// lock: every descriptor a value descriptor whose flags need no warning (no NOR where the GPU
+/// lacks it, no remote flush where it cannot flush), whose word is aligned and translated by
+/// this thread's memo ([`MemMgr::remembered`]). Writes them to the front of `params` and returns
+/// that part; `None` (nothing written that matters) for anything else, which [`post_values`]
+/// then handles with its checks, logs and errors. The same memops as [`post_values`] builds
+/// (the unit test compares them). Panic-free and call-free, for the export's unguarded path.
+#[inline(always)]
+pub fn plain_values<'p>(
+    caps: &Caps,
+    mm: &MemMgr,
+    descs: impl Iterator<Item = Option<ValueDesc>>,
+    params: &'p mut [BatchMemOpParams; FAST_MAX],
+) -> Option<&'p mut [BatchMemOpParams]> {
+    let mut n = 0;
+    for (d, slot) in descs.zip(params.iter_mut()) {
+        *slot = plain_op(caps, mm, d?)?.to_params();
+        n += 1;
+    }
+    params.get_mut(..n)
+}
+
+/// One descriptor's memop for [`plain_values`], or `None`.
+#[inline(always)]
+fn plain_op(caps: &Caps, mm: &MemMgr, d: ValueDesc) -> Option<MemOp> {
+    match d {
+        ValueDesc::Wait { ptr, value, cond, flags } => {
+            let flush = flags & GDS_WAIT_POST_FLUSH_REMOTE != 0;
+            let plain = wait_value32_ok(cond, flags)
+                && (cond != GDS_WAIT_COND_NOR || caps.has_wait_nor)
+                && (!flush || caps.has_remote_flush);
+            let addr = plain.then(|| plain_addr(mm, ptr)).flatten()?;
+            Some(MemOp::Wait32 { addr, value, flags: if flush { cond | CU_STREAM_WAIT_VALUE_FLUSH } else { cond } })
+        }
+        ValueDesc::Write { ptr, value, flags } => {
+            let addr = write_value32_ok(flags).then(|| plain_addr(mm, ptr)).flatten()?;
+            Some(MemOp::Write32 { addr, value, flags: write_flags(caps, flags & GDS_WRITE_PRE_BARRIER_SYS != 0) })
+        }
+    }
+}
+
+/// The device address of the aligned word at `ptr`, from this thread's memo, if aligned too.
+#[inline(always)]
+fn plain_addr(mm: &MemMgr, ptr: usize) -> Option<u64> {
+    (ptr & 3 == 0).then(|| mm.remembered(ptr, 4)).flatten().filter(|a| a & 3 == 0)
 }
 
 /// A refused batch: its log lines (the error and every op) and its errno.
@@ -958,6 +1012,56 @@ mod tests {
         let mut s = Scratch { descs: d.to_vec(), ..Default::default() };
         assert_eq!(stream_post(&cuda, &env, &peers, &mm, &r, 0x6000_0000, &mut s), Err(Errno::EINVAL));
         assert_eq!(cuda.batches().len(), 1);
+    }
+
+    #[test]
+    fn plain_values_are_the_value_path_s_memops_or_nothing() {
+        let word = Box::new([0u32; 4]);
+        let p = word.as_ptr() as usize;
+        let wait = |cond, flags| ValueDesc::Wait { ptr: p, value: 7, cond, flags };
+        let write = |ptr, flags| ValueDesc::Write { ptr, value: 9, flags };
+        for (nor, flush, no_barrier) in [(false, false, false), (true, true, true), (true, false, true)] {
+            let caps = Caps { has_wait_nor: nor, has_remote_flush: flush, write_no_barrier: no_barrier, ..caps() };
+            // (descriptor, whether the plain path must take it)
+            let cases = [
+                (wait(GDS_WAIT_COND_GEQ, GDS_MEMORY_HOST), true),
+                (wait(GDS_WAIT_COND_EQ, GDS_MEMORY_HOST), true),
+                // GPU memory is not registered, so no memo holds it: the value path looks it up.
+                (wait(GDS_WAIT_COND_EQ, GDS_MEMORY_GPU), false),
+                (wait(GDS_WAIT_COND_AND, GDS_MEMORY_IO), true),
+                (wait(GDS_WAIT_COND_NOR, GDS_MEMORY_HOST), nor),
+                (wait(GDS_WAIT_COND_GEQ, GDS_MEMORY_HOST | GDS_WAIT_POST_FLUSH_REMOTE), flush),
+                (wait(9, GDS_MEMORY_HOST), false),
+                (wait(GDS_WAIT_COND_GEQ, 0), false),
+                (ValueDesc::Wait { ptr: p + 2, value: 0, cond: GDS_WAIT_COND_GEQ, flags: GDS_MEMORY_HOST }, false),
+                (write(p + 4, GDS_MEMORY_HOST), true),
+                (write(p + 8, GDS_MEMORY_HOST | GDS_WRITE_PRE_BARRIER_SYS), true),
+                (write(p + 4, GDS_MEMORY_HOST | 0x100), false),
+                (write(0, GDS_MEMORY_HOST), false),
+            ];
+            for (d, plain) in cases {
+                let cuda = FakeCuda::new();
+                let mm = MemMgr::default();
+                let mut params = [BatchMemOpParams::default(); FAST_MAX];
+                let once = || std::iter::once(Some(d));
+                assert!(plain_values(&caps, &mm, once(), &mut params).is_none(), "{d:?}: nothing translated yet");
+                // The value path's memop (what `post_values` submits); it registers the word's page.
+                let general = value_op(&caps, d, &mut |p, s, t| mm.map_mem(&cuda, p, s, t));
+                let built = plain_values(&caps, &mm, once(), &mut params).map(|ops| ops.to_vec());
+                assert_eq!(built.is_some(), plain, "{d:?} with {caps:?}");
+                if let Some(ops) = built {
+                    assert_eq!(general.map(|op| vec![op.to_params()]), Ok(ops), "{d:?}: the same memop");
+                }
+            }
+            // Several at once, and any descriptor that is not a value one, stop it all.
+            let mm = MemMgr::default();
+            let cuda = FakeCuda::new();
+            mm.map_mem(&cuda, p, 16, GDS_MEMORY_HOST).expect("registered");
+            let mut params = [BatchMemOpParams::default(); FAST_MAX];
+            let two = [Some(wait(GDS_WAIT_COND_GEQ, GDS_MEMORY_HOST)), Some(write(p + 4, GDS_MEMORY_HOST))];
+            assert_eq!(plain_values(&caps, &mm, two.into_iter(), &mut params).map(|o| o.len()), Some(2));
+            assert!(plain_values(&caps, &mm, [two[0], None].into_iter(), &mut params).is_none());
+        }
     }
 
     #[test]
