@@ -93,9 +93,8 @@ impl MemMgr {
     /// frame of their own.
     #[inline(always)]
     pub fn map_mem(&self, cuda: &dyn Cuda, ptr: usize, size: usize, mem_type: i32) -> Result<u64> {
-        let valid = ptr != 0 && matches!(mem_type, GDS_MEMORY_GPU | GDS_MEMORY_HOST | GDS_MEMORY_IO);
-        if let (true, Some(end)) = (valid, ptr.checked_add(size.max(1) - 1))
-            && let Some(d) = memo_get(self, ptr, end)
+        if matches!(mem_type, GDS_MEMORY_GPU | GDS_MEMORY_HOST | GDS_MEMORY_IO)
+            && let Some(d) = self.remembered(ptr, size)
         {
             return Ok(d);
         }
@@ -106,10 +105,7 @@ impl MemMgr {
     /// registration, no log line; `None` for anything else, including a NULL `ptr`).
     #[inline(always)]
     pub fn remembered(&self, ptr: usize, size: usize) -> Option<u64> {
-        let end = ptr.checked_add(size.max(1) - 1)?;
-        if ptr == 0 {
-            return None;
-        }
+        let end = ptr.checked_add(size.max(1) - 1).filter(|_| ptr != 0)?;
         memo_get(self, ptr, end)
     }
 
