@@ -463,7 +463,7 @@ pub unsafe extern "C" fn gds_prepare_wait_value32(
     if crate::fork::settled() && !desc.is_null() && memops::wait_value32_ok(cond_flags, flags) && dword_ptr_ok(ptr) {
         // The common case, unguarded: a few tests and one store, no call, so nothing here can
         // panic, and the call needs no stack frame (inside the guard, whose landing pad is on
-        // the same function, it saved six registers). Everything else goes to the guarded body,
+        // the same function, it saved six registers). Everything else jumps to the guarded body,
         // out of line, which tests again and reports.
         // SAFETY: non-NULL, and writable per the contract.
         unsafe { desc.write(WaitValue32 { ptr, value, cond_flags, flags }) };
@@ -473,12 +473,14 @@ pub unsafe extern "C" fn gds_prepare_wait_value32(
     unsafe { prepare_wait_value32_guarded(desc, ptr, value, cond_flags, flags) }
 }
 
-/// [`gds_prepare_wait_value32`] under the guard, for everything but the common case.
+/// [`gds_prepare_wait_value32`] under the guard, for everything but the common case. `extern "C"`
+/// like the export (nothing unwinds out of the guard), so the export reaches it with a jump and
+/// needs no stack frame.
 ///
 /// # Safety
 /// As [`gds_prepare_wait_value32`].
 #[inline(never)]
-unsafe fn prepare_wait_value32_guarded(
+unsafe extern "C" fn prepare_wait_value32_guarded(
     desc: *mut WaitValue32,
     ptr: *mut u32,
     value: u32,
@@ -517,12 +519,13 @@ pub unsafe extern "C" fn gds_prepare_write_value32(
     unsafe { prepare_write_value32_guarded(desc, ptr, value, flags) }
 }
 
-/// [`gds_prepare_write_value32`] under the guard, for everything but the common case.
+/// [`gds_prepare_write_value32`] under the guard, for everything but the common case (`extern
+/// "C"` as [`prepare_wait_value32_guarded`]).
 ///
 /// # Safety
 /// As [`gds_prepare_write_value32`].
 #[inline(never)]
-unsafe fn prepare_write_value32_guarded(desc: *mut WriteValue32, ptr: *mut u32, value: u32, flags: c_int) -> c_int {
+unsafe extern "C" fn prepare_write_value32_guarded(desc: *mut WriteValue32, ptr: *mut u32, value: u32, flags: c_int) -> c_int {
     ffi!("gds_prepare_write_value32", {
         const F: &str = "gds_prepare_write_value32";
         // SAFETY: NULL or writable.
