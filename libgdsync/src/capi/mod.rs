@@ -525,7 +525,12 @@ pub unsafe extern "C" fn gds_prepare_write_value32(
 /// # Safety
 /// As [`gds_prepare_write_value32`].
 #[inline(never)]
-unsafe extern "C" fn prepare_write_value32_guarded(desc: *mut WriteValue32, ptr: *mut u32, value: u32, flags: c_int) -> c_int {
+unsafe extern "C" fn prepare_write_value32_guarded(
+    desc: *mut WriteValue32,
+    ptr: *mut u32,
+    value: u32,
+    flags: c_int,
+) -> c_int {
     ffi!("gds_prepare_write_value32", {
         const F: &str = "gds_prepare_write_value32";
         // SAFETY: NULL or writable.

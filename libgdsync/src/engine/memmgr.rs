@@ -40,7 +40,8 @@ pub struct MemMgr {
     map: Mutex<BTreeMap<usize, Interval>>,
     /// Distinguishes caches in the per-thread memo (tests make several).
     id: u64,
-    /// Bumped whenever an interval is removed: a memo taken under an older value is not used.
+    /// Bumped whenever an interval is added or removed: a memo taken under an older value is not
+    /// used (its gap may hold a registration now, its interval may be gone).
     generation: AtomicU64,
 }
 
@@ -53,14 +54,20 @@ impl Default for MemMgr {
 }
 
 /// A memo is only as good as the cache state it was taken in: `release` removes the interval
-/// under the lock and bumps the generation before undoing the registration, so a memo taken
-/// before a release is never used after it (a translation racing the release itself can return
-/// the old address either way, with or without the memo, as in upstream).
+/// under the lock and bumps the generation before undoing the registration, and a new
+/// registration bumps it too, so a memo taken before either is never used after it (a
+/// translation racing the change itself can return the old answer either way, with or without
+/// the memo, as in upstream). `gpu`: the word is GPU memory, which the memo's gap may answer.
 #[inline(always)]
-fn memo_get(mm: &MemMgr, start: usize, end: usize) -> Option<u64> {
+fn memo_get(mm: &MemMgr, start: usize, end: usize, gpu: bool) -> Option<u64> {
     let m = memo::get();
-    (m.mm == mm.id && m.generation == mm.generation.load(Ordering::Acquire) && m.start <= start && end <= m.end)
-        .then(|| m.dev_base + (start - m.start) as u64)
+    if m.mm != mm.id || m.generation != mm.generation.load(Ordering::Acquire) {
+        return None;
+    }
+    if m.start <= start && end <= m.end {
+        return Some(m.dev_base + (start - m.start) as u64);
+    }
+    (gpu && m.gap_start <= start && end <= m.gap_end).then_some(start as u64)
 }
 
 fn lookup_in(map: &BTreeMap<usize, Interval>, start: usize, end: usize) -> Lookup {
@@ -94,19 +101,20 @@ impl MemMgr {
     #[inline(always)]
     pub fn map_mem(&self, cuda: &dyn Cuda, ptr: usize, size: usize, mem_type: i32) -> Result<u64> {
         if matches!(mem_type, GDS_MEMORY_GPU | GDS_MEMORY_HOST | GDS_MEMORY_IO)
-            && let Some(d) = self.remembered(ptr, size)
+            && let Some(d) = self.remembered(ptr, size, mem_type)
         {
             return Ok(d);
         }
         self.map_mem_locked(cuda, ptr, size, mem_type)
     }
 
-    /// The device address of `[ptr, ptr + size)` if this thread's memo holds it (no lock, no
-    /// registration, no log line; `None` for anything else, including a NULL `ptr`).
+    /// The device address of `[ptr, ptr + size)` of memory type `mem_type` if this thread's memo
+    /// holds it (no lock, no registration, no log line; `None` for anything else, including a
+    /// NULL `ptr`).
     #[inline(always)]
-    pub fn remembered(&self, ptr: usize, size: usize) -> Option<u64> {
+    pub fn remembered(&self, ptr: usize, size: usize, mem_type: i32) -> Option<u64> {
         let end = ptr.checked_add(size.max(1) - 1).filter(|_| ptr != 0)?;
-        memo_get(self, ptr, end)
+        memo_get(self, ptr, end, mem_type == GDS_MEMORY_GPU)
     }
 
     #[inline(never)]
@@ -130,13 +138,17 @@ impl MemMgr {
             }
         };
         let mut map = self.lock();
+        // This thread's memo at the cache's present generation: kept where it is of it, blank
+        // otherwise; the answer found here then goes into it.
+        let here = |generation: u64| {
+            let m = memo::get();
+            if m.mm == self.id && m.generation == generation { m } else { Memo::blank(self.id, generation) }
+        };
         let generation = self.generation.load(Ordering::Acquire);
-        let memo =
-            |start: usize, iv: &Interval| Memo { mm: self.id, generation, start, end: iv.end, dev_base: iv.dev_base };
         match lookup_in(&map, ptr, end) {
             Lookup::Contained(d) => {
-                if let Some((&s, iv)) = map.range(..=ptr).next_back() {
-                    memo::put(memo(s, iv));
+                if let Some((&start, iv)) = map.range(..=ptr).next_back() {
+                    memo::put(Memo { start, end: iv.end, dev_base: iv.dev_base, ..here(generation) });
                 }
                 return Ok(d);
             }
@@ -147,6 +159,10 @@ impl MemMgr {
             Lookup::NotFound => {}
         }
         if mem_type == GDS_MEMORY_GPU {
+            // GPU memory is used as it is; remember the gap between the registrations around it.
+            let gap_start = map.range(..ptr).next_back().map_or(0, |(_, iv)| iv.end + 1);
+            let gap_end = map.range(end + 1..).next().map_or(usize::MAX, |(&s, _)| s - 1);
+            memo::put(Memo { gap_start, gap_end, ..here(generation) });
             return Ok(ptr as u64);
         }
         let page = ptr & !(HOST_PAGE - 1);
@@ -180,8 +196,10 @@ impl MemMgr {
         };
         gds_dbg!(F, "registered {page:#x}+{len} type {mem_type} -> dev {dev:#x}");
         let iv = Interval { end: page + len - 1, dev_base: dev, owned };
-        memo::put(memo(page, &iv));
         map.insert(page, iv);
+        // Under the lock: every memo's gap taken before this may hold the new interval.
+        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        memo::put(Memo { start: page, end: iv.end, dev_base: dev, ..Memo::blank(self.id, generation) });
         Ok(dev + (ptr - page) as u64)
     }
 
@@ -285,6 +303,46 @@ mod tests {
         assert_eq!(m.map_mem(&cuda, 0x40_0ffc, 8, GDS_MEMORY_HOST), Err(Errno::EINVAL));
         // Invalid arguments are refused before the memo is consulted.
         assert_eq!(m.map_mem(&cuda, p, 4, 0), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn gpu_words_are_remembered_until_a_registration_changes_the_gaps() {
+        let cuda = FakeCuda::new();
+        let m = MemMgr::default();
+        m.map_mem(&cuda, 0x10_0000, 4, GDS_MEMORY_HOST).unwrap();
+        let g = 0x50_0000usize;
+        assert_eq!(m.map_mem(&cuda, g, 4, GDS_MEMORY_GPU), Ok(g as u64));
+        // Poison the locked map: only the memo can answer now.
+        let saved = std::mem::take(&mut *m.lock());
+        assert_eq!(m.remembered(g + 0x1000, 4, GDS_MEMORY_GPU), Some(g as u64 + 0x1000), "anywhere in the gap");
+        assert_eq!(m.remembered(0x10_1000, 4, GDS_MEMORY_GPU), Some(0x10_1000), "the gap starts after the page");
+        assert_eq!(m.remembered(0x10_0ffc, 4, GDS_MEMORY_GPU), Some(0x10_0ffc + DEV_OFFSET), "the interval is kept");
+        assert_eq!(m.remembered(g, 4, GDS_MEMORY_HOST), None, "host memory there is registered, not used as is");
+        assert_eq!(m.remembered(g, 4, GDS_MEMORY_IO), None);
+        *m.lock() = saved;
+        // A registration in the gap ends every memo taken before it, other threads' too.
+        let (taken, registered) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|t| {
+            t.spawn(|| {
+                assert_eq!(m.map_mem(&cuda, g, 4, GDS_MEMORY_GPU), Ok(g as u64));
+                assert_eq!(m.remembered(g + 0x2000, 4, GDS_MEMORY_GPU), Some(g as u64 + 0x2000));
+                taken.wait();
+                registered.wait();
+                assert_eq!(m.remembered(g + 0x2000, 4, GDS_MEMORY_GPU), None, "not used as is any more");
+            });
+            taken.wait();
+            m.map_mem(&cuda, g + 0x2000, 4, GDS_MEMORY_HOST).unwrap();
+            registered.wait();
+        });
+        assert_eq!(m.remembered(g, 4, GDS_MEMORY_GPU), None, "the gap may hold the new registration");
+        assert_eq!(m.map_mem(&cuda, g + 0x2000, 4, GDS_MEMORY_GPU), Ok((g + 0x2000) as u64 + DEV_OFFSET));
+        assert_eq!(m.map_mem(&cuda, g, 4, GDS_MEMORY_GPU), Ok(g as u64));
+        assert_eq!(m.remembered(g + 0x1ffc, 4, GDS_MEMORY_GPU), Some(g as u64 + 0x1ffc), "up to the new page");
+        assert_eq!(m.remembered(g + 0x1ffe, 4, GDS_MEMORY_GPU), None, "not across it");
+        assert_eq!(m.map_mem(&cuda, g + 0x1ffe, 4, GDS_MEMORY_GPU), Err(Errno::EINVAL), "partial overlap");
+        // And a release ends it too.
+        m.release(&cuda, g + 0x2000).unwrap();
+        assert_eq!(m.remembered(g, 4, GDS_MEMORY_GPU), None);
     }
 
     #[test]

@@ -681,20 +681,21 @@ fn plain_op(caps: &Caps, mm: &MemMgr, d: ValueDesc) -> Option<MemOp> {
             let plain = wait_value32_ok(cond, flags)
                 && (cond != GDS_WAIT_COND_NOR || caps.has_wait_nor)
                 && (!flush || caps.has_remote_flush);
-            let addr = plain.then(|| plain_addr(mm, ptr)).flatten()?;
+            let addr = plain.then(|| plain_addr(mm, ptr, flags)).flatten()?;
             Some(MemOp::Wait32 { addr, value, flags: if flush { cond | CU_STREAM_WAIT_VALUE_FLUSH } else { cond } })
         }
         ValueDesc::Write { ptr, value, flags } => {
-            let addr = write_value32_ok(flags).then(|| plain_addr(mm, ptr)).flatten()?;
+            let addr = write_value32_ok(flags).then(|| plain_addr(mm, ptr, flags)).flatten()?;
             Some(MemOp::Write32 { addr, value, flags: write_flags(caps, flags & GDS_WRITE_PRE_BARRIER_SYS != 0) })
         }
     }
 }
 
-/// The device address of the aligned word at `ptr`, from this thread's memo, if aligned too.
+/// The device address of the aligned word at `ptr` (of the memory type in `flags`), from this
+/// thread's memo, if aligned too.
 #[inline(always)]
-fn plain_addr(mm: &MemMgr, ptr: usize) -> Option<u64> {
-    (ptr & 3 == 0).then(|| mm.remembered(ptr, 4)).flatten().filter(|a| a & 3 == 0)
+fn plain_addr(mm: &MemMgr, ptr: usize, flags: i32) -> Option<u64> {
+    (ptr & 3 == 0).then(|| mm.remembered(ptr, 4, flags & GDS_MEMORY_MASK)).flatten().filter(|a| a & 3 == 0)
 }
 
 /// A refused batch: its log lines (the error and every op) and its errno.
@@ -1025,9 +1026,7 @@ mod tests {
             // (descriptor, whether the plain path must take it)
             let cases = [
                 (wait(GDS_WAIT_COND_GEQ, GDS_MEMORY_HOST), true),
-                (wait(GDS_WAIT_COND_EQ, GDS_MEMORY_HOST), true),
-                // GPU memory is not registered, so no memo holds it: the value path looks it up.
-                (wait(GDS_WAIT_COND_EQ, GDS_MEMORY_GPU), false),
+                (wait(GDS_WAIT_COND_EQ, GDS_MEMORY_GPU), true),
                 (wait(GDS_WAIT_COND_AND, GDS_MEMORY_IO), true),
                 (wait(GDS_WAIT_COND_NOR, GDS_MEMORY_HOST), nor),
                 (wait(GDS_WAIT_COND_GEQ, GDS_MEMORY_HOST | GDS_WAIT_POST_FLUSH_REMOTE), flush),
@@ -1035,7 +1034,7 @@ mod tests {
                 (wait(GDS_WAIT_COND_GEQ, 0), false),
                 (ValueDesc::Wait { ptr: p + 2, value: 0, cond: GDS_WAIT_COND_GEQ, flags: GDS_MEMORY_HOST }, false),
                 (write(p + 4, GDS_MEMORY_HOST), true),
-                (write(p + 8, GDS_MEMORY_HOST | GDS_WRITE_PRE_BARRIER_SYS), true),
+                (write(p + 8, GDS_MEMORY_GPU | GDS_WRITE_PRE_BARRIER_SYS), true),
                 (write(p + 4, GDS_MEMORY_HOST | 0x100), false),
                 (write(0, GDS_MEMORY_HOST), false),
             ];
