@@ -161,7 +161,7 @@ impl MemMgr {
         if mem_type == GDS_MEMORY_GPU {
             // GPU memory is used as it is; remember the gap between the registrations around it.
             let gap_start = map.range(..ptr).next_back().map_or(0, |(_, iv)| iv.end + 1);
-            let gap_end = map.range(end + 1..).next().map_or(usize::MAX, |(&s, _)| s - 1);
+            let gap_end = end.checked_add(1).and_then(|e| map.range(e..).next()).map_or(usize::MAX, |(&s, _)| s - 1);
             memo::put(Memo { gap_start, gap_end, ..here(generation) });
             return Ok(ptr as u64);
         }
@@ -340,6 +340,9 @@ mod tests {
         assert_eq!(m.remembered(g + 0x1ffc, 4, GDS_MEMORY_GPU), Some(g as u64 + 0x1ffc), "up to the new page");
         assert_eq!(m.remembered(g + 0x1ffe, 4, GDS_MEMORY_GPU), None, "not across it");
         assert_eq!(m.map_mem(&cuda, g + 0x1ffe, 4, GDS_MEMORY_GPU), Err(Errno::EINVAL), "partial overlap");
+        // A word that ends at the top of the address space (no overflow finding the gap).
+        assert_eq!(m.map_mem(&cuda, usize::MAX - 3, 4, GDS_MEMORY_GPU), Ok(usize::MAX as u64 - 3));
+        assert_eq!(m.remembered(usize::MAX - 3, 4, GDS_MEMORY_GPU), Some(usize::MAX as u64 - 3));
         // And a release ends it too.
         m.release(&cuda, g + 0x2000).unwrap();
         assert_eq!(m.remembered(g, 4, GDS_MEMORY_GPU), None);
