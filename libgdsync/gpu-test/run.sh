@@ -43,7 +43,9 @@ GDS_DISABLE_WAIT_NOR=0 timeout 120 "$B/stream_suite" -g 2> /tmp/gdsync_suite_nor
 step "prepared send/wait requests (mlx5-shaped op lists) on a real stream"
 # The test re-executes itself under cudasim unless told to use the driver the loader finds.
 export GDSYNC_REQUESTS_REAL_CUDA=1
-timeout 60 "$B/requests_test" --test-threads=1 > /tmp/gdsync_requests.out 2>&1
+# a_refused_value_post_is_einval posts to a destroyed stream, which only cudasim is sure to refuse.
+echo "SKIP a_refused_value_post_is_einval (needs cudasim: a destroyed stream handle is undefined for the driver)"
+timeout 60 "$B/requests_test" --test-threads=1 --skip a_refused_value_post_is_einval > /tmp/gdsync_requests.out 2>&1
 rc=$?
 grep -E '^test |test result' /tmp/gdsync_requests.out
 if [ $rc -ne 0 ]; then bad "requests_test"; tail -30 /tmp/gdsync_requests.out; fi

@@ -19,6 +19,8 @@ use gpudirect_common::cuda::{Driver, as_fn};
 struct Cu {
     _d: Driver,
     query: unsafe extern "C" fn(usize) -> c_int,
+    create: unsafe extern "C" fn(*mut usize, c_uint) -> c_int,
+    destroy: unsafe extern "C" fn(usize) -> c_int,
     stream: usize,
 }
 
@@ -82,17 +84,28 @@ fn setup(test: &str) -> Option<Cu> {
         let set = as_fn::<unsafe extern "C" fn(usize) -> c_int>(r(c"cuCtxSetCurrent"));
         let create = as_fn::<unsafe extern "C" fn(*mut usize, c_uint) -> c_int>(r(c"cuStreamCreate"));
         let query = as_fn::<unsafe extern "C" fn(usize) -> c_int>(r(c"cuStreamQuery"));
+        let destroy = as_fn::<unsafe extern "C" fn(usize) -> c_int>(r(c"cuStreamDestroy"));
         let (mut dev, mut ctx, mut stream) = (0, 0usize, 0usize);
         assert_eq!(init(0), 0);
         assert_eq!(get(&mut dev, 0), 0);
         assert_eq!(retain(&mut ctx, dev), 0);
         assert_eq!(set(ctx), 0);
         assert_eq!(create(&mut stream, 1), 0);
-        Some(Cu { query, stream, _d: d })
+        Some(Cu { query, create, destroy, stream, _d: d })
     }
 }
 
 impl Cu {
+    /// The handle of a stream created and destroyed again: one the driver refuses.
+    fn destroyed_stream(&self) -> usize {
+        let mut s = 0usize;
+        // SAFETY: valid out pointer; the stream is destroyed before anything uses it.
+        unsafe {
+            assert_eq!((self.create)(&mut s, 1), 0);
+            assert_eq!((self.destroy)(s), 0);
+        }
+        s
+    }
     fn blocked(&self) -> bool {
         std::thread::sleep(Duration::from_millis(20));
         // SAFETY: live stream.
@@ -283,4 +296,67 @@ fn prepared_requests_run_in_stream_order() {
     // The registration stays in the cache (process lifetime); the memory itself can go.
     // SAFETY: allocated above with this layout; the stream is drained.
     unsafe { dealloc(hw.base, layout) };
+}
+
+/// Two value descriptors on host words: a wait for `words[0] >= want` and a write of `val` to
+/// `words[1]`, prepared as an application does.
+fn flag_step(words: &mut [u32; 16], want: u32, val: u32) -> [Descriptor; 2] {
+    let (w0, w1) = (&mut words[0] as *mut u32, &mut words[1] as *mut u32);
+    let empty = DescriptorUnion { send: std::ptr::null_mut() };
+    let mut d =
+        [Descriptor { tag: GDS_TAG_WAIT_VALUE32, u: empty }, Descriptor { tag: GDS_TAG_WRITE_VALUE32, u: empty }];
+    // SAFETY: the union members are plain data; each prepare writes the member its tag names.
+    unsafe {
+        assert_eq!(gds_prepare_wait_value32(&mut d[0].u.wait32, w0, want, GDS_WAIT_COND_GEQ, GDS_MEMORY_HOST), 0);
+        assert_eq!(gds_prepare_write_value32(&mut d[1].u.write32, w1, val, GDS_MEMORY_HOST), 0);
+    }
+    d
+}
+
+#[test]
+fn value_posts_run_in_stream_order() {
+    let Some(cu) = setup("value_posts_run_in_stream_order") else { return };
+    let s = cu.stream as CuStream;
+    let words = Box::leak(Box::new([0u32; 16]));
+    // The first post translates (and registers) the words; the ones after it take the
+    // unguarded common case of gds_stream_post_descriptors.
+    let mut last = 0;
+    for i in 1..=3u32 {
+        let mut d = flag_step(words, i, 100 + i);
+        // SAFETY: two valid descriptors.
+        assert_eq!(unsafe { gds_stream_post_descriptors(s, 2, d.as_mut_ptr(), 0) }, 0);
+        assert!(cu.blocked(), "step {i}: the stream waits for the flag");
+        // SAFETY: a live word the stream reads (volatile: the GPU/simulator writes words[1]).
+        unsafe {
+            assert_eq!(std::ptr::read_volatile(&words[1]), last, "step {i}: nothing ran early");
+            std::ptr::write_volatile(&mut words[0], i);
+        }
+        cu.drain();
+        // SAFETY: as above.
+        assert_eq!(unsafe { std::ptr::read_volatile(&words[1]) }, 100 + i, "step {i}: the write ran");
+        last = 100 + i;
+    }
+}
+
+/// A post the driver refuses after the common case built it (a destroyed stream): EINVAL, as
+/// upstream answers for a stream whose context cannot be found, and nothing enqueued. Needs a
+/// driver that refuses a destroyed stream's handle (cudasim); the real driver may do anything
+/// with one, so `gpu-test/run.sh` skips this test.
+#[test]
+fn a_refused_value_post_is_einval() {
+    if std::env::var_os(REAL).is_some_and(|v| v == "1") {
+        panic!("a_refused_value_post_is_einval needs cudasim (a destroyed stream handle): skip it on a real driver");
+    }
+    let Some(cu) = setup("a_refused_value_post_is_einval") else { return };
+    let words = Box::leak(Box::new([0u32; 16]));
+    let mut d = flag_step(words, 0, 7);
+    // SAFETY: two valid descriptors; the first post makes the words known.
+    assert_eq!(unsafe { gds_stream_post_descriptors(cu.stream as CuStream, 2, d.as_mut_ptr(), 0) }, 0);
+    cu.drain();
+    let gone = cu.destroyed_stream() as CuStream;
+    let mut d = flag_step(words, 0, 9);
+    // SAFETY: as above; the stream handle is one the driver refuses.
+    assert_eq!(unsafe { gds_stream_post_descriptors(gone, 2, d.as_mut_ptr(), 0) }, EINVAL);
+    // SAFETY: a live word.
+    assert_eq!(unsafe { std::ptr::read_volatile(&words[1]) }, 7, "the refused write did not run");
 }
