@@ -578,29 +578,37 @@ pub unsafe extern "C" fn gds_stream_post_descriptors(
     descs: *mut Descriptor,
     flags: c_int,
 ) -> c_int {
-    // The common case, unguarded as the prepares' is: a flag wait and write (up to FAST_MAX value
-    // descriptors) whose words this thread translated before, once a post has made the post
-    // line. No call but the driver's own (which cannot unwind into us), so nothing here can
-    // panic; a batch the driver refused, and everything that is not this case, goes on under the
-    // guard.
+    // The common case, unguarded as the prepares' is (see `post_plain`).
     if flags == 0
-        && crate::fork::settled()
-        && let Some(line) = post_line::ready()
-        && let Some(entry) = line.batch
         // SAFETY: forwarded contract.
         && let Some(values) = unsafe { value_descs(n_descs, descs) }
+        && let Some(r) = post_plain(stream, values.iter().map(value_desc))
     {
-        let mut params = [BatchMemOpParams::default(); memops::FAST_MAX];
-        if let Some(ops) = memops::plain_values(&line.caps, line.mm, values.iter().map(value_desc), &mut params) {
-            let r = entry.call(stream as usize, ops, line.batch_flags);
-            if r.is_ok() && !line.dump_memops {
-                return 0;
-            }
-            return plain_batch_done(line, stream, ops, r);
-        }
+        return r;
     }
     // SAFETY: forwarded contract.
     unsafe { post_descriptors_guarded(stream, n_descs, descs, flags) }
+}
+
+/// The common case of a value post, unguarded: up to FAST_MAX value descriptors (a flag wait and
+/// write) whose words this thread translated before, once a post has made the post line
+/// (`memops::plain_values`). No call but the driver's own (which cannot unwind into us), so
+/// nothing here can panic; a batch the driver refused goes on under the guard for its log lines
+/// and errno. `None` (nothing done) for everything else, which the caller's guarded body handles.
+#[inline(always)]
+fn post_plain(stream: CuStream, values: impl Iterator<Item = Option<memops::ValueDesc>>) -> Option<c_int> {
+    if !crate::fork::settled() {
+        return None;
+    }
+    let line = post_line::ready()?;
+    let entry = line.batch?;
+    let mut params = [BatchMemOpParams::default(); memops::FAST_MAX];
+    let ops = memops::plain_values(&line.caps, line.mm, values, &mut params)?;
+    let r = entry.call(stream as usize, ops, line.batch_flags);
+    if r.is_ok() && !line.dump_memops {
+        return Some(0);
+    }
+    Some(plain_batch_done(line, stream, ops, r))
 }
 
 /// The rest of a plain batch under the guard: its dump, or its refusal's log lines and errno.
@@ -836,9 +844,9 @@ pub unsafe extern "C" fn gds_stream_post_poll_dword(
     cond_flag: u32,
     flags: c_int,
 ) -> c_int {
-    ffi!("gds_stream_post_poll_dword", {
-        post(stream, vec![Desc::WaitValue32 { ptr: ptr as usize, value: magic, cond: cond_flag, flags }])
-    })
+    let v = memops::ValueDesc::Wait { ptr: ptr as usize, value: magic, cond: cond_flag, flags };
+    post_plain(stream, std::iter::once(Some(v)))
+        .unwrap_or_else(|| ffi!("gds_stream_post_poll_dword", { post_one_value(stream, v) }))
 }
 
 /// `int gds_stream_post_poke_dword(CUstream, uint32_t *ptr, uint32_t value, int flags)`
@@ -852,7 +860,21 @@ pub unsafe extern "C" fn gds_stream_post_poke_dword(
     value: u32,
     flags: c_int,
 ) -> c_int {
-    ffi!("gds_stream_post_poke_dword", { post(stream, vec![Desc::WriteValue32 { ptr: ptr as usize, value, flags }]) })
+    let v = memops::ValueDesc::Write { ptr: ptr as usize, value, flags };
+    post_plain(stream, std::iter::once(Some(v)))
+        .unwrap_or_else(|| ffi!("gds_stream_post_poke_dword", { post_one_value(stream, v) }))
+}
+
+/// One value descriptor's post under the guard: the value path where the GPUs are alike, the
+/// general one otherwise (as `gds_stream_post_descriptors` with one descriptor).
+fn post_one_value(stream: CuStream, v: memops::ValueDesc) -> Result<()> {
+    if let Some(line) = process_line()? {
+        return memops::post_values(line, stream as usize, std::iter::once(v));
+    }
+    post(stream, vec![match v {
+        memops::ValueDesc::Wait { ptr, value, cond, flags } => Desc::WaitValue32 { ptr, value, cond, flags },
+        memops::ValueDesc::Write { ptr, value, flags } => Desc::WriteValue32 { ptr, value, flags },
+    }])
 }
 
 /// `int gds_stream_post_inline_copy(CUstream, void *ptr, void *src, size_t nbytes, int flags)`

@@ -59,8 +59,7 @@ impl Default for MemMgr {
 /// translation racing the change itself can return the old answer either way, with or without
 /// the memo, as in upstream). `gpu`: the word is GPU memory, which the memo's gap may answer.
 #[inline(always)]
-fn memo_get(mm: &MemMgr, start: usize, end: usize, gpu: bool) -> Option<u64> {
-    let m = memo::get();
+fn memo_get(m: &Memo, mm: &MemMgr, start: usize, end: usize, gpu: bool) -> Option<u64> {
     if m.mm != mm.id || m.generation != mm.generation.load(Ordering::Acquire) {
         return None;
     }
@@ -113,8 +112,15 @@ impl MemMgr {
     /// NULL `ptr`).
     #[inline(always)]
     pub fn remembered(&self, ptr: usize, size: usize, mem_type: i32) -> Option<u64> {
+        self.remembered_by(&memo::get(), ptr, size, mem_type)
+    }
+
+    /// [`MemMgr::remembered`] with this thread's memo read already (one thread-local access for
+    /// all the words of a post).
+    #[inline(always)]
+    pub fn remembered_by(&self, memo: &Memo, ptr: usize, size: usize, mem_type: i32) -> Option<u64> {
         let end = ptr.checked_add(size.max(1) - 1).filter(|_| ptr != 0)?;
-        memo_get(self, ptr, end, mem_type == GDS_MEMORY_GPU)
+        memo_get(memo, self, ptr, end, mem_type == GDS_MEMORY_GPU)
     }
 
     #[inline(never)]

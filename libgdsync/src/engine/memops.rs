@@ -13,6 +13,7 @@ use gpudirect_common::cuda::CuResult;
 
 use crate::cuda::{CuRes, Cuda, errno_of};
 use crate::engine::memmgr::MemMgr;
+use crate::engine::memo::{self, Memo};
 use crate::engine::peer::{self, Caps, Peers};
 use crate::engine::post_line::PostLine;
 use crate::engine::ranges::Ranges;
@@ -664,9 +665,10 @@ pub fn plain_values<'p>(
     descs: impl Iterator<Item = Option<ValueDesc>>,
     params: &'p mut [BatchMemOpParams; FAST_MAX],
 ) -> Option<&'p mut [BatchMemOpParams]> {
+    let memo = memo::get();
     let mut n = 0;
     for (d, slot) in descs.zip(params.iter_mut()) {
-        *slot = plain_op(caps, mm, d?)?.to_params();
+        *slot = plain_op(caps, mm, &memo, d?)?.to_params();
         n += 1;
     }
     params.get_mut(..n)
@@ -674,18 +676,18 @@ pub fn plain_values<'p>(
 
 /// One descriptor's memop for [`plain_values`], or `None`.
 #[inline(always)]
-fn plain_op(caps: &Caps, mm: &MemMgr, d: ValueDesc) -> Option<MemOp> {
+fn plain_op(caps: &Caps, mm: &MemMgr, memo: &Memo, d: ValueDesc) -> Option<MemOp> {
     match d {
         ValueDesc::Wait { ptr, value, cond, flags } => {
             let flush = flags & GDS_WAIT_POST_FLUSH_REMOTE != 0;
             let plain = wait_value32_ok(cond, flags)
                 && (cond != GDS_WAIT_COND_NOR || caps.has_wait_nor)
                 && (!flush || caps.has_remote_flush);
-            let addr = plain.then(|| plain_addr(mm, ptr, flags)).flatten()?;
+            let addr = plain.then(|| plain_addr(mm, memo, ptr, flags)).flatten()?;
             Some(MemOp::Wait32 { addr, value, flags: if flush { cond | CU_STREAM_WAIT_VALUE_FLUSH } else { cond } })
         }
         ValueDesc::Write { ptr, value, flags } => {
-            let addr = write_value32_ok(flags).then(|| plain_addr(mm, ptr, flags)).flatten()?;
+            let addr = write_value32_ok(flags).then(|| plain_addr(mm, memo, ptr, flags)).flatten()?;
             Some(MemOp::Write32 { addr, value, flags: write_flags(caps, flags & GDS_WRITE_PRE_BARRIER_SYS != 0) })
         }
     }
@@ -694,8 +696,8 @@ fn plain_op(caps: &Caps, mm: &MemMgr, d: ValueDesc) -> Option<MemOp> {
 /// The device address of the aligned word at `ptr` (of the memory type in `flags`), from this
 /// thread's memo, if aligned too.
 #[inline(always)]
-fn plain_addr(mm: &MemMgr, ptr: usize, flags: i32) -> Option<u64> {
-    (ptr & 3 == 0).then(|| mm.remembered(ptr, 4, flags & GDS_MEMORY_MASK)).flatten().filter(|a| a & 3 == 0)
+fn plain_addr(mm: &MemMgr, memo: &Memo, ptr: usize, flags: i32) -> Option<u64> {
+    (ptr & 3 == 0).then(|| mm.remembered_by(memo, ptr, 4, flags & GDS_MEMORY_MASK)).flatten().filter(|a| a & 3 == 0)
 }
 
 /// A refused batch: its log lines (the error and every op) and its errno.
