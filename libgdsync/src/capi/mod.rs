@@ -877,13 +877,7 @@ fn post_one_value_in(stream: CuStream, v: memops::ValueDesc) -> Result<()> {
     if let Some(line) = process_line()? {
         return memops::post_values(line, stream as usize, std::iter::once(v));
     }
-    post(
-        stream,
-        vec![match v {
-            memops::ValueDesc::Wait { ptr, value, cond, flags } => Desc::WaitValue32 { ptr, value, cond, flags },
-            memops::ValueDesc::Write { ptr, value, flags } => Desc::WriteValue32 { ptr, value, flags },
-        }],
-    )
+    post(stream, vec![v.into()])
 }
 
 /// `int gds_stream_post_inline_copy(CUstream, void *ptr, void *src, size_t nbytes, int flags)`

@@ -107,11 +107,7 @@ pub(super) unsafe fn parse_desc(origin: &str, d: &Descriptor) -> Result<Desc> {
             let r = unsafe { p.as_ref() }.ok_or_else(|| einval(origin, "WAIT descriptor with a NULL request"))?;
             Desc::Wait(parse_ops(origin, &r.wr, r.peek.entries)?)
         }
-        GDS_TAG_WAIT_VALUE32 | GDS_TAG_WRITE_VALUE32 => match value_desc(d) {
-            Some(ValueDesc::Wait { ptr, value, cond, flags }) => Desc::WaitValue32 { ptr, value, cond, flags },
-            Some(ValueDesc::Write { ptr, value, flags }) => Desc::WriteValue32 { ptr, value, flags },
-            None => unreachable!("tag checked above"),
-        },
+        GDS_TAG_WAIT_VALUE32 | GDS_TAG_WRITE_VALUE32 => value_desc(d).expect("tag checked above").into(),
         GDS_TAG_WRITE_MEMORY => {
             // SAFETY: see above.
             let w = unsafe { d.u.writemem };

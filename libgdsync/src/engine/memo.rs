@@ -1,6 +1,7 @@
 //! The per-thread translation memo of the registration cache ([`super::memmgr`]): the interval
-//! this thread translated through last. A stream-ordered program posts the same flag words again
-//! and again, so most translations are answered from here without taking the cache's lock.
+//! this thread translated through last, and the unregistered gap around the last GPU-memory word.
+//! A stream-ordered program posts the same flag words again and again, so most translations are
+//! answered from here without taking the cache's lock.
 //!
 //! It is a plain `thread_local!` (general-dynamic TLS: a call to `__tls_get_addr` per access),
 //! not an initial-exec block as libgdrapi's copy path uses (`gpudirect_common::tls`): that would

@@ -8,9 +8,9 @@
 
 use gpudirect_common::{Errno, Result};
 
-use crate::abi::*;
 use gpudirect_common::cuda::CuResult;
 
+use crate::abi::*;
 use crate::cuda::{CuRes, Cuda, errno_of};
 use crate::engine::memmgr::MemMgr;
 use crate::engine::memo::{self, Memo};
@@ -279,6 +279,15 @@ fn write_op(caps: &Caps, addr: u64, value: u32, barrier: bool) -> Result<MemOp> 
 pub enum ValueDesc {
     Wait { ptr: usize, value: u32, cond: u32, flags: i32 },
     Write { ptr: usize, value: u32, flags: i32 },
+}
+
+impl From<ValueDesc> for Desc {
+    fn from(v: ValueDesc) -> Desc {
+        match v {
+            ValueDesc::Wait { ptr, value, cond, flags } => Desc::WaitValue32 { ptr, value, cond, flags },
+            ValueDesc::Write { ptr, value, flags } => Desc::WriteValue32 { ptr, value, flags },
+        }
+    }
 }
 
 /// The memop of one value descriptor (spec §5.5 step 4): flag checks, alignment, translation of
@@ -628,10 +637,7 @@ pub fn post_values(line: &PostLine, stream: usize, descs: impl Iterator<Item = V
         return Ok(());
     }
     let ops = &mut params[..n];
-    let r = match line.batch {
-        Some(entry) => entry.call(stream, ops, line.batch_flags),
-        None => line.cuda.batch_mem_op(stream, ops, line.batch_flags),
-    };
+    let r = line.cuda.batch_mem_op(stream, ops, line.batch_flags);
     batch_done(line, stream, ops, r)
 }
 
@@ -654,10 +660,11 @@ pub fn batch_done(line: &PostLine, stream: usize, ops: &[BatchMemOpParams], r: C
 /// The memops of [`post_values`]'s common case, built without a log line, a registration or a
 /// lock: every descriptor a value descriptor whose flags need no warning (no NOR where the GPU
 /// lacks it, no remote flush where it cannot flush), whose word is aligned and translated by
-/// this thread's memo ([`MemMgr::remembered`]). Writes them to the front of `params` and returns
+/// this thread's memo ([`MemMgr::remembered_by`]). Writes them to the front of `params` and returns
 /// that part; `None` (nothing written that matters) for anything else, which [`post_values`]
 /// then handles with its checks, logs and errors. The same memops as [`post_values`] builds
-/// (the unit test compares them). Panic-free and call-free, for the export's unguarded path.
+/// (the unit test compares them). Panic-free, and no call but the memo's thread-local access, for
+/// the export's unguarded path.
 #[inline(always)]
 pub fn plain_values<'p>(
     caps: &Caps,
@@ -1075,10 +1082,6 @@ mod tests {
             ValueDesc::Write { ptr: p + 4, value: 2, flags: GDS_MEMORY_HOST | GDS_WRITE_PRE_BARRIER_SYS },
             ValueDesc::Wait { ptr: p + 8, value: 3, cond: GDS_WAIT_COND_AND, flags: GDS_MEMORY_GPU },
         ];
-        let as_desc = |v: &ValueDesc| match *v {
-            ValueDesc::Wait { ptr, value, cond, flags } => Desc::WaitValue32 { ptr, value, cond, flags },
-            ValueDesc::Write { ptr, value, flags } => Desc::WriteValue32 { ptr, value, flags },
-        };
         let run = |fast: bool| {
             let cuda = FakeCuda::new();
             cuda.stream_ctx(0x5000_0000, 0xc7, 0);
@@ -1087,7 +1090,7 @@ mod tests {
                 let line = PostLine::new(&cuda, &env, &peers, &mm).expect("uniform");
                 post_values(&line, 0x5000_0000, vals.iter().copied())
             } else {
-                let mut s = Scratch { descs: vals.iter().map(as_desc).collect(), ..Default::default() };
+                let mut s = Scratch { descs: vals.iter().map(|&v| Desc::from(v)).collect(), ..Default::default() };
                 stream_post(&cuda, &env, &peers, &mm, &r, 0x5000_0000, &mut s)
             };
             (res, cuda.batches(), cuda.registered())
