@@ -5,10 +5,12 @@
 //! [`crate::capi`], which gives the same results plus the errno and log line of a refusal.
 //!
 //! Why a separate path: the copy call is the library's reason to exist and its cost over the raw
-//! engine is what users see. This one is written to compile into a leaf: a handle check (one
-//! rotate and compare), the announcement ([`crate::grace`]: one store, left in place after the
-//! copy, see [`crate::parking`] for why that is safe; no store at all when the thread's line
-//! names the handle already, i.e. when it copied through the same handle last), the window
+//! engine is what users see. This one is written to compile into a leaf: one compare of the
+//! handle with the one this thread's words name ([`crate::thread_words`]: a thread that copied
+//! through the same handle last has it validated and announced already, so its copy needs no
+//! handle check and no store); otherwise, out of line, the handle check (one rotate and compare)
+//! and the announcement ([`crate::grace`]: one store, left in place after the copy, see
+//! [`crate::parking`] for why that is safe); then the window
 //! check against the handle's fast-path mirror (whose length is 0 unless everything above
 //! holds, so it needs no test of its own), and either one naturally aligned access plus the
 //! fence, a short copy (16-127 bytes) inline (loads: a jump to the span load where the CPU has
@@ -113,49 +115,56 @@ pub(crate) type General = unsafe extern "C" fn(usize, usize, usize, usize) -> c_
 pub(crate) unsafe fn copy<const TO: bool>(h: usize, a: usize, b: usize, n: usize, general: General) -> c_int {
     let (dev, host) = if TO { (a, b) } else { (b, a) };
     let thread = thread_words::mine();
-    if let Some(mirror) = Mirror::known_to(thread, h) {
-        // SAFETY: `known_to` succeeds only while the thread has a line.
-        let word = unsafe { crate::grace::word_of(thread.line.get()) };
-        // Announce, then read the mirror (the order `grace` relies on; the writer's membarrier
-        // orders the CPU, this fence the compiler). Release: this thread's earlier copies, whose
-        // announcement this replaces, are over before a writer can see it gone. Only this thread
-        // writes its line, so where it names `h` already (the thread copied through `h` last)
-        // the announcement is in place, made before this copy, and storing it again would
-        // change nothing a writer can see; skipping the store took 0.25 ns off 1-8-byte copies
-        // on the development machine (one store less to drain before the copy's fence).
-        if word.load(Ordering::Relaxed) != h {
-            std::hint::cold_path();
-            word.store(h, Ordering::Release);
-        }
-        compiler_fence(Ordering::SeqCst);
-        let w = mirror.fast_window();
-        if let Some(off) = small_fits(w, dev)
-            && host != 0
-        {
-            if n.wrapping_sub(1) < 8 {
-                // SAFETY: 1-8 bytes at an offset `small_fits` accepted, inside a mapping that
-                // stays ours while `word` names the handle; the host side is the caller's.
-                return unsafe { up_to_8::<TO>(h, a, b, dev, host, n) };
-            }
-            if rest_fits(w, off, n) {
-                // SAFETY: as above, for the whole range (and the size each helper takes).
-                // The same engine choice as the dispatcher's (`wc::load_body`, `wc::store_body`):
-                // below two lines the short copy even for one whole line, which costs no call.
-                return unsafe {
-                    if n < 16 {
-                        small::<TO>(h, a, b, n)
-                    } else if n < wc::SHORT_MAX {
-                        short::<TO>(h, a, b, n)
-                    } else if wc::is_whole_lines(dev, n) {
-                        lines::<TO>(h, a, b, n)
-                    } else {
-                        large::<TO>(h, a, b, n)
-                    }
-                };
-            }
-        }
+    // A thread copying through the handle it copied through last finds it named in its words:
+    // valid (it was when stored, and slots are never returned) and announced in place, made
+    // before this copy, so storing it again would change nothing a writer can see. Only 0 needs
+    // excluding (the words' empty value). Everything else is checked against the handle region
+    // and announced: a release store (this thread's earlier copies, whose announcement this
+    // replaces, are over before a writer can see it gone).
+    let mirror = if h == thread.named.get() && h != 0 {
+        // SAFETY: `named` holds only handles `known_to` accepted.
+        unsafe { Mirror::named(h) }
+    } else if let Some(mirror) = Mirror::known_to(thread, h) {
         std::hint::cold_path();
+        // SAFETY: `known_to` succeeds only while the thread has a line.
+        unsafe { crate::grace::word_of(thread.line.get()) }.store(h, Ordering::Release);
+        thread.named.set(h);
+        mirror
+    } else {
+        std::hint::cold_path();
+        // SAFETY: forwarded contract.
+        return unsafe { general(h, a, b, n) };
+    };
+    // Announced, now read the mirror (the order `grace` relies on; the writer's membarrier
+    // orders the CPU, this fence the compiler).
+    compiler_fence(Ordering::SeqCst);
+    let w = mirror.fast_window();
+    if let Some(off) = small_fits(w, dev)
+        && host != 0
+    {
+        if n.wrapping_sub(1) < 8 {
+            // SAFETY: 1-8 bytes at an offset `small_fits` accepted, inside a mapping that
+            // stays ours while the line names the handle; the host side is the caller's.
+            return unsafe { up_to_8::<TO>(h, a, b, dev, host, n) };
+        }
+        if rest_fits(w, off, n) {
+            // SAFETY: as above, for the whole range (and the size each helper takes).
+            // The same engine choice as the dispatcher's (`wc::load_body`, `wc::store_body`):
+            // below two lines the short copy even for one whole line, which costs no call.
+            return unsafe {
+                if n < 16 {
+                    small::<TO>(h, a, b, n)
+                } else if n < wc::SHORT_MAX {
+                    short::<TO>(h, a, b, n)
+                } else if wc::is_whole_lines(dev, n) {
+                    lines::<TO>(h, a, b, n)
+                } else {
+                    large::<TO>(h, a, b, n)
+                }
+            };
+        }
     }
+    std::hint::cold_path();
     // SAFETY: forwarded contract.
     unsafe { general(h, a, b, n) }
 }

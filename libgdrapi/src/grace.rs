@@ -87,8 +87,11 @@ impl Drop for Release {
     fn drop(&mut self) {
         let r = self.0.get();
         if !r.is_null() {
-            // The fast path's handle check also stands for "this thread has a line": fail it first.
-            thread_words::mine().handles_limit.set(0);
+            // The fast path's handle check also stands for "this thread has a line": fail it first,
+            // and forget the handle the line named.
+            let words = thread_words::mine();
+            words.handles_limit.set(0);
+            words.named.set(0);
             set_mine(std::ptr::null());
             // SAFETY: lines are leaked, so `r` stays valid for the life of the process.
             let r = unsafe { &*r };
@@ -138,6 +141,9 @@ impl Drop for Announced {
 /// Everything read after this call is protected until the returned value is dropped.
 #[inline(always)]
 pub(crate) fn announce(key: usize) -> Announced {
+    // The line is about to name `key` and then nothing: the fast path may no longer take it as
+    // naming the handle it stored there last.
+    thread_words::mine().named.set(0);
     let mut r = mine();
     if r.is_null() {
         r = claim();

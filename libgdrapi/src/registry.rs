@@ -455,6 +455,18 @@ impl Mirror {
         Some(Mirror(HANDLES.get_at(i, h)))
     }
 
+    /// The slot at address `h`, a handle [`Mirror::known_to`] accepted before (for any thread):
+    /// slot memory is never returned, so it is still a slot.
+    ///
+    /// # Safety
+    /// `h` is such a handle.
+    #[inline(always)]
+    pub(crate) unsafe fn named(h: usize) -> Mirror {
+        // SAFETY: the caller's contract: `h` is the address of a slot of the region, which stays
+        // mapped and initialised for the life of the process.
+        Mirror(unsafe { &*(h as *const HandleSlot) })
+    }
+
     /// The handle's mapping address and window limit if copies may take the fast path through
     /// it; otherwise a limit of 0, inside which no range lies. Read it only while the handle is
     /// announced ([`grace`]): a non-zero limit then stays valid, and the address with it, until

@@ -1,5 +1,11 @@
-//! The copy path's per-thread words, reached in two instructions: this thread's grace line
-//! ([`crate::grace`]) and the handle region as this thread last saw it ([`crate::registry`]).
+//! The copy path's per-thread words, reached in two instructions: the handle this thread's grace
+//! line names ([`crate::grace`]), the line itself, and the handle region as this thread last saw
+//! it ([`crate::registry`]).
+//!
+//! Why the named handle is kept here too: a thread that copies through the same handle again
+//! (the common case) finds with one compare against its own block that the handle is valid (it
+//! was when it was stored, and slots are never returned) and already announced, without the
+//! handle check against the region's bounds or the two dependent loads of the line and its word.
 //!
 //! Why the handle region is kept per thread: with its base and slot count here, next to the line
 //! pointer, the fast path validates a handle and learns that the thread has a line with one
@@ -22,6 +28,11 @@ use crate::grace::Reader;
 /// One thread's copy-path words.
 #[repr(C)]
 pub(crate) struct ThreadWords {
+    /// A handle that the fast copy path validated ([`crate::registry::Mirror::known_to`]) and then
+    /// stored in this thread's line, while the line still names it; 0 otherwise. Whatever else
+    /// writes the line ([`crate::grace::announce`], the line's release) sets 0 first, so a
+    /// non-zero value always equals the line's word.
+    pub(crate) named: Cell<usize>,
     /// This thread's grace line, null until its first copy.
     pub(crate) line: Cell<*const Reader>,
     /// The handle region's base as this thread last saw it.
@@ -31,11 +42,11 @@ pub(crate) struct ThreadWords {
     pub(crate) handles_limit: Cell<usize>,
 }
 
-// Three words of the static TLS surplus (gpudirect_common::tls), no more.
-const _: () = assert!(size_of::<ThreadWords>() == 24 && align_of::<ThreadWords>() == 8);
+// Four words of the static TLS surplus (gpudirect_common::tls), no more.
+const _: () = assert!(size_of::<ThreadWords>() == 32 && align_of::<ThreadWords>() == 8);
 
-// SAFETY: every field is a cell of a raw pointer or an integer: all-zero is a null line and
-// a zero base and count.
+// SAFETY: every field is a cell of a raw pointer or an integer: all-zero is no named handle, a
+// null line and a zero base and count.
 unsafe impl gpudirect_common::tls::ZeroValid for ThreadWords {}
 
 gpudirect_common::initial_exec_block! {

@@ -459,12 +459,19 @@ fn dma_buf_unmap_parks_what_another_thread_may_use() {
     assert_eq!(capi::parked_mappings(), 0);
 
     // Another thread copies through `b` twice (the second time on the fast path, which leaves its
-    // announcement), then waits.
+    // announcement), once on the general path (4 bytes in the mapping's last 7, outside the fast
+    // path's window: that announcement ends with the copy) and once more on the fast path, which
+    // must announce again rather than take the handle as still named; then it waits.
     let (go_tx, go_rx) = std::sync::mpsc::channel::<(GdrMh, usize)>();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let other = std::thread::spawn(move || {
         for (mh, va) in go_rx {
             copy(mh, va);
+            copy(mh, va);
+            let v = 9u32;
+            // SAFETY: `v` is live; the last 4 bytes of a live mapping.
+            let rc = unsafe { capi::gdr_copy_to_mapping(mh, (va + BUF - 4) as *mut c_void, (&raw const v).cast(), 4) };
+            assert_eq!(rc, 0);
             copy(mh, va);
             done_tx.send(()).unwrap();
         }
