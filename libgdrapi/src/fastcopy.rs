@@ -24,7 +24,7 @@
 //! path never does), the general path for its fence, and `grace` for how readers synchronise.
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicU8, Ordering, compiler_fence};
+use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering, compiler_fence};
 
 use crate::copy::{self, aligned, wc};
 use crate::registry::{FastWindow, Mirror};
@@ -153,9 +153,9 @@ pub(crate) unsafe fn copy<const TO: bool>(h: usize, a: usize, b: usize, n: usize
             // below two lines the short copy even for one whole line, which costs no call.
             return unsafe {
                 if n < 16 {
-                    small::<TO>(h, a, b, n)
+                    below_16::<TO>(h, a, b, n)
                 } else if n < wc::SHORT_MAX {
-                    short::<TO>(h, a, b, n)
+                    if TO { short::<TO>(h, a, b, n) } else { short_load(h, a, b, n) }
                 } else if wc::is_whole_lines(dev, n) {
                     lines::<TO>(h, a, b, n)
                 } else {
@@ -199,8 +199,78 @@ unsafe fn up_to_8<const TO: bool>(h: usize, a: usize, b: usize, dev: usize, host
             }
         };
     }
+    // Out of the straight line (the compiler would otherwise put the aligned copies behind a
+    // taken jump): one taken jump here, as before the slot.
+    std::hint::cold_path();
     // SAFETY: the caller's contract; `n < 16`.
-    unsafe { small::<TO>(h, a, b, n) }
+    unsafe { below_16::<TO>(h, a, b, n) }
+}
+
+/// Where the fast path's loads below [`wc::SHORT_MAX`] bytes that are not one aligned access
+/// go: [`first_short_load`] until the selection is made, then what it chose: the span load where
+/// the CPU has one (its entry taking the export's arguments), [`short_load_chunks`] elsewhere. So
+/// such a load reaches its engine with one jump, without testing the selection on the way (three
+/// tests and a second jump before). Set once the selection exists (which never changes), and
+/// every value it ever holds is right for every such load.
+static SHORT_LOAD: AtomicPtr<()> = AtomicPtr::new(first_short_load as General as *mut ());
+
+/// A fast-path load below [`wc::SHORT_MAX`] bytes that is not one aligned access: a jump through
+/// [`SHORT_LOAD`].
+///
+/// # Safety
+/// As [`small`], but `1 <= n < wc::SHORT_MAX`.
+#[inline(always)]
+unsafe fn short_load(h: usize, a: usize, b: usize, n: usize) -> c_int {
+    // SAFETY: `SHORT_LOAD` only ever holds `General` functions that load any such range with this
+    // contract: `first_short_load`, `short_load_chunks` or the selection's `span_from_export`.
+    unsafe {
+        let f = std::mem::transmute::<*mut (), General>(SHORT_LOAD.load(Ordering::Relaxed));
+        f(h, a, b, n)
+    }
+}
+
+/// [`SHORT_LOAD`] before the selection is made: sets the slot if it is made now, and loads.
+///
+/// # Safety
+/// As [`short_load`].
+#[inline(never)]
+unsafe extern "C" fn first_short_load(h: usize, a: usize, b: usize, n: usize) -> c_int {
+    let Some(sel) = crate::copy::select::ready() else {
+        // SAFETY: forwarded (the chunks select the engines on their way).
+        return unsafe { short_load_chunks(h, a, b, n) };
+    };
+    #[cfg(target_arch = "x86_64")]
+    let chosen: General = sel.whole_loads.map_or(short_load_chunks, |w| w.span_from_export);
+    #[cfg(not(target_arch = "x86_64"))]
+    let chosen: General = {
+        let _ = sel;
+        short_load_chunks
+    };
+    SHORT_LOAD.store(chosen as *mut (), Ordering::Relaxed);
+    // SAFETY: forwarded; both have `short_load`'s contract.
+    unsafe { chosen(h, a, b, n) }
+}
+
+/// A load below [`wc::SHORT_MAX`] bytes where the CPU has no span load: [`small`] below 16 bytes,
+/// else [`short`]'s chunks.
+///
+/// # Safety
+/// As [`short_load`].
+#[inline(never)]
+unsafe extern "C" fn short_load_chunks(h: usize, a: usize, b: usize, n: usize) -> c_int {
+    // SAFETY: forwarded, with the size each one takes.
+    unsafe { if n < 16 { small::<FROM_MAPPING>(h, a, b, n) } else { short::<FROM_MAPPING>(h, a, b, n) } }
+}
+
+/// A fast-path copy under 16 bytes that is not one aligned access: [`small`] (stores) or
+/// [`short_load`] (loads).
+///
+/// # Safety
+/// As [`small`].
+#[inline(always)]
+unsafe fn below_16<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { if TO { small::<TO>(h, a, b, n) } else { short_load(h, a, b, n) } }
 }
 
 /// A fast-path copy that is one naturally aligned access of `W` bytes, inline: the access and the
@@ -238,12 +308,6 @@ unsafe fn single<const TO: bool, const W: usize>(dev: usize, host: usize) -> c_i
 #[inline(never)]
 unsafe extern "C" fn small<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     if !TO && !wc::in_one_word(b, n) {
-        keep(h);
-        #[cfg(target_arch = "x86_64")]
-        if let Some(span) = crate::copy::select::ready().and_then(|s| s.span_load()) {
-            // SAFETY: the caller's contract; the span load fences and returns 0. A jump.
-            return unsafe { (span.fenced)(a as *mut u8, b as *const u8, n) };
-        }
         // SAFETY: the caller's contract, across an 8-byte word. A jump.
         return unsafe { small_across(h, a, b, n) };
     }
@@ -287,11 +351,6 @@ unsafe extern "C" fn small_across(h: usize, a: usize, b: usize, n: usize) -> c_i
 /// As [`small`], but `16 <= n < wc::SHORT_MAX`.
 #[inline(always)]
 unsafe fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
-    #[cfg(target_arch = "x86_64")]
-    if !TO && let Some(span) = crate::copy::select::ready().and_then(|s| s.span_load()) {
-        // SAFETY: the caller's contract; the span load fences and returns 0. A jump.
-        return unsafe { (span.fenced)(a as *mut u8, b as *const u8, n) };
-    }
     let Some(stream) = wc::chunk_streaming() else {
         // SAFETY: forwarded.
         return unsafe { unselected::<TO>(h, a, b, n) };

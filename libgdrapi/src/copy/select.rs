@@ -74,6 +74,9 @@ pub(crate) struct WholeLoads {
     /// A load of any length from any address in one function (`x86::load_span_vbmi`), for every
     /// load below [`SPAN_MAX`] bytes that is not one aligned access or one 8-byte word.
     pub(crate) span: WholeLoad,
+    /// The fenced span load with the public copy call's arguments, `(handle, host, dev, n)`
+    /// (`x86::load_span_vbmi_from_export`), for the fast path's small loads to jump to.
+    pub(crate) span_from_export: unsafe extern "C" fn(usize, usize, usize, usize) -> core::ffi::c_int,
     /// A whole load of at least `wc::SHORT_MAX` bytes (used from [`SPAN_MAX`] up), its partial
     /// lines at the ends included, in one function (`x86::load_large_vbmi`).
     pub(crate) large: WholeLoad,
@@ -262,6 +265,7 @@ fn build() -> Selection {
         load_line_fenced: Some(load_line_fenced),
         whole_loads: vbmi.then_some(WholeLoads {
             span: WholeLoad { unfenced: x86::load_span_vbmi::<false>, fenced: x86::load_span_vbmi::<true> },
+            span_from_export: x86::load_span_vbmi_from_export,
             large: WholeLoad { unfenced: x86::load_large_vbmi::<false>, fenced: x86::load_large_vbmi::<true> },
         }),
         engines: all,

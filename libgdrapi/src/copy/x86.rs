@@ -670,6 +670,25 @@ pub(crate) unsafe extern "C" fn load_span_vbmi<const FENCE: bool>(
     end_of::<FENCE>()
 }
 
+/// [`load_span_vbmi`] (fenced) with the public copy call's own arguments, `(handle, host, dev,
+/// n)`, the handle unused: what the fast path's small loads jump to once the span load is
+/// selected (`fastcopy`), with no register to move on the way.
+///
+/// # Safety
+/// As [`load_span_vbmi`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,bmi2")]
+#[inline(never)]
+pub(crate) unsafe extern "C" fn load_span_vbmi_from_export(
+    _handle: usize,
+    host: usize,
+    dev: usize,
+    n: usize,
+) -> core::ffi::c_int {
+    // SAFETY: forwarded.
+    unsafe { span(host as *mut u8, dev as *const u8, n) };
+    end_of::<true>()
+}
+
 /// The copy of [`load_span_vbmi`].
 ///
 /// # Safety
