@@ -13,7 +13,7 @@
 //! glibc keeps for exactly such libraries (`glibc.rtld.optional_static_tls`, 512 bytes by
 //! default); a process that has used that up gets "cannot allocate memory in static TLS block"
 //! from `dlopen`, and the tunable raises it (docs/performance.md). The whole TLS segment of the
-//! library counts, not only the block (libgdrapi: 152 bytes, most of them the standard library's),
+//! library counts, not only the block (libgdrapi: 160 bytes, most of them the standard library's),
 //! so the macro is for paths where a few nanoseconds matter: libgdrapi's copy path uses it;
 //! libgdsync, whose calls take microseconds, does not.
 //!

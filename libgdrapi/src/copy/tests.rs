@@ -280,18 +280,27 @@ fn the_realigning_line_load_copies_at_every_host_offset() {
 /// The span load (any length, any offsets; selected where the CPU has AVX-512 VBMI) at every pair
 /// of device and host offsets in a line, every length to three lines and some longer ones, plus
 /// host ranges whose last store would cross a page boundary (its two-store path), with the
-/// bytes around each host range left alone.
+/// bytes around each host range left alone. Its three entries take turns by length: the
+/// dispatcher's, the fenced one and the one with the public copy call's arguments (which the
+/// fast path jumps to).
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn the_span_load_copies_at_every_offset_pair() {
-    let Some(span) = super::select::get().span_load() else {
+    let Some(whole) = super::select::get().whole_loads else {
         println!("SKIP: no span load (the CPU has no AVX-512 VBMI, or GDRCOPY_COPY_NO_AVX512=1)");
         return;
     };
     let mut h = Harness::new(7);
     let mut f = |d: *mut u8, s: *const u8, n: usize| {
         // SAFETY: the harness's own disjoint buffers, n >= 1; selected, so the CPU has VBMI.
-        unsafe { (span.unfenced)(d, s, n) };
+        let r = unsafe {
+            match n % 3 {
+                0 => (whole.span.unfenced)(d, s, n),
+                1 => (whole.span.fenced)(d, s, n),
+                _ => (whole.span_from_export)(0x5eed, d as usize, s as usize, n),
+            }
+        };
+        assert_eq!(r, 0);
     };
     for dev_off in 0..64 {
         for host_off in 0..64 {
