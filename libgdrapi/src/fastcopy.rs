@@ -26,6 +26,7 @@
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering, compiler_fence};
 
+use crate::copy::select::SPAN_MAX;
 use crate::copy::{self, aligned, wc};
 use crate::registry::{FastWindow, Mirror};
 use crate::thread_words;
@@ -158,6 +159,8 @@ pub(crate) unsafe fn copy<const TO: bool>(h: usize, a: usize, b: usize, n: usize
                     if TO { short::<TO>(h, a, b, n) } else { short_load(h, a, b, n) }
                 } else if wc::is_whole_lines(dev, n) {
                     lines::<TO>(h, a, b, n)
+                } else if !TO && n < SPAN_MAX {
+                    short_load(h, a, b, n)
                 } else {
                     large::<TO>(h, a, b, n)
                 }
@@ -206,19 +209,19 @@ unsafe fn up_to_8<const TO: bool>(h: usize, a: usize, b: usize, dev: usize, host
     unsafe { below_16::<TO>(h, a, b, n) }
 }
 
-/// Where the fast path's loads below [`wc::SHORT_MAX`] bytes that are not one aligned access
-/// go: [`first_short_load`] until the selection is made, then what it chose: the span load where
-/// the CPU has one (its entry taking the export's arguments), [`short_load_chunks`] elsewhere. So
-/// such a load reaches its engine with one jump, without testing the selection on the way (three
-/// tests and a second jump before). Set once the selection exists (which never changes), and
-/// every value it ever holds is right for every such load.
+/// Where the fast path's loads below [`SPAN_MAX`] bytes go, except those that are one aligned
+/// access and those of whole lines from [`wc::SHORT_MAX`] bytes (the loads the span load takes
+/// where the CPU has one): [`first_short_load`] until the selection is made, then what it chose:
+/// the span load (its entry taking the export's arguments), or [`short_load_chunks`] where the CPU
+/// has none. So such a load reaches its engine with one jump, without testing the selection on
+/// the way (three to five tests and a second jump before). Set once the selection exists (which
+/// never changes), and every value it ever holds is right for every such load.
 static SHORT_LOAD: AtomicPtr<()> = AtomicPtr::new(first_short_load as General as *mut ());
 
-/// A fast-path load below [`wc::SHORT_MAX`] bytes that is not one aligned access: a jump through
-/// [`SHORT_LOAD`].
+/// A fast-path load that [`SHORT_LOAD`] takes: a jump through it.
 ///
 /// # Safety
-/// As [`small`], but `1 <= n < wc::SHORT_MAX`.
+/// As [`small`], but `1 <= n < SPAN_MAX`, and not whole lines from [`wc::SHORT_MAX`] bytes.
 #[inline(always)]
 unsafe fn short_load(h: usize, a: usize, b: usize, n: usize) -> c_int {
     // SAFETY: `SHORT_LOAD` only ever holds `General` functions that load any such range with this
@@ -251,15 +254,23 @@ unsafe extern "C" fn first_short_load(h: usize, a: usize, b: usize, n: usize) ->
     unsafe { chosen(h, a, b, n) }
 }
 
-/// A load below [`wc::SHORT_MAX`] bytes where the CPU has no span load: [`small`] below 16 bytes,
-/// else [`short`]'s chunks.
+/// A load that [`SHORT_LOAD`] takes where the CPU has no span load: [`small`] below 16 bytes,
+/// [`short`]'s chunks below [`wc::SHORT_MAX`], [`large`] from there.
 ///
 /// # Safety
 /// As [`short_load`].
 #[inline(never)]
 unsafe extern "C" fn short_load_chunks(h: usize, a: usize, b: usize, n: usize) -> c_int {
     // SAFETY: forwarded, with the size each one takes.
-    unsafe { if n < 16 { small::<FROM_MAPPING>(h, a, b, n) } else { short::<FROM_MAPPING>(h, a, b, n) } }
+    unsafe {
+        if n < 16 {
+            small::<FROM_MAPPING>(h, a, b, n)
+        } else if n < wc::SHORT_MAX {
+            short::<FROM_MAPPING>(h, a, b, n)
+        } else {
+            large::<FROM_MAPPING>(h, a, b, n)
+        }
+    }
 }
 
 /// A fast-path copy under 16 bytes that is not one aligned access: [`small`] (stores) or
