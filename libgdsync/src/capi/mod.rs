@@ -14,6 +14,7 @@ use gpudirect_common::{Errno, Result};
 use crate::abi::*;
 use crate::cuda::{CuRes, cuda};
 use crate::engine::memmgr::memmgr;
+use crate::engine::memo;
 use crate::engine::memops::{self, Desc, Scratch};
 use crate::engine::peer::peers;
 use crate::engine::post_line::{self, PostLine, process_line};
@@ -581,7 +582,7 @@ pub unsafe extern "C" fn gds_stream_post_descriptors(
     // The common case, unguarded as the prepares' is (see `post_plain`).
     if flags == 0
         // SAFETY: forwarded contract.
-        && let Some(values) = unsafe { value_descs(n_descs, descs) }
+        && let Some(values) = unsafe { few_descs(n_descs, descs) }
         && let Some(r) = post_plain(stream, values.iter().map(value_desc))
     {
         return r;
@@ -602,8 +603,12 @@ fn post_plain(stream: CuStream, values: impl Iterator<Item = Option<memops::Valu
     }
     let line = post_line::ready()?;
     let entry = line.batch?;
-    let mut params = [BatchMemOpParams::default(); memops::FAST_MAX];
-    let ops = memops::plain_values(&line.caps, line.mm, values, &mut params)?;
+    let mut params = [std::mem::MaybeUninit::uninit(); memops::FAST_MAX];
+    // SAFETY: used by `plain_values` only, which reads the memo and writes nothing of it.
+    let memo = unsafe { memo::in_place() };
+    let n = memops::plain_values(&line.caps, line.mm, memo, values, &mut params)?;
+    // SAFETY: `plain_values` wrote the first `n` slots (`1 <= n <= FAST_MAX`).
+    let ops = unsafe { std::slice::from_raw_parts_mut(params.as_mut_ptr().cast::<BatchMemOpParams>(), n) };
     let r = entry.call(stream as usize, ops, line.batch_flags);
     if r.is_ok() && !line.dump_memops {
         return Some(0);

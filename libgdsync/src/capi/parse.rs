@@ -152,6 +152,18 @@ pub(super) unsafe fn parse_descs_into(
     Ok(())
 }
 
+/// The descriptors, when there are 1..=[`memops::FAST_MAX`] of them, whatever their tags: the
+/// unguarded post's first test ([`value_desc`] then turns away any that is not a value
+/// descriptor, which sends the whole post to the guarded path).
+///
+/// # Safety
+/// As [`parse_descs`].
+#[inline(always)]
+pub(super) unsafe fn few_descs<'a>(n: usize, descs: *const Descriptor) -> Option<&'a [Descriptor]> {
+    // SAFETY: the caller passes `n` descriptors at `descs` (non-NULL checked).
+    (n.wrapping_sub(1) < memops::FAST_MAX && !descs.is_null()).then(|| unsafe { std::slice::from_raw_parts(descs, n) })
+}
+
 /// The descriptors, when there are 1..=[`memops::FAST_MAX`] of them and all are
 /// WAIT_VALUE32/WRITE_VALUE32 (the shape [`memops::post_values`] takes); `None` otherwise.
 ///

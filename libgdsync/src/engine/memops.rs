@@ -6,6 +6,8 @@
 
 #![forbid(unsafe_code)]
 
+use std::mem::MaybeUninit;
+
 use gpudirect_common::{Errno, Result};
 
 use gpudirect_common::cuda::CuResult;
@@ -13,7 +15,7 @@ use gpudirect_common::cuda::CuResult;
 use crate::abi::*;
 use crate::cuda::{CuRes, Cuda, errno_of};
 use crate::engine::memmgr::MemMgr;
-use crate::engine::memo::{self, Memo};
+use crate::engine::memo::Memo;
 use crate::engine::peer::{self, Caps, Peers};
 use crate::engine::post_line::PostLine;
 use crate::engine::ranges::Ranges;
@@ -657,28 +659,48 @@ pub fn batch_done(line: &PostLine, stream: usize, ops: &[BatchMemOpParams], r: C
     classify_refusal(line.cuda, stream, r)
 }
 
+/// A place for one memop's parameters: initialised (tests) or not (the unguarded post, which
+/// saves zeroing its stack array: it reads back only the slots written).
+pub trait ParamSlot {
+    fn put(&mut self, p: BatchMemOpParams);
+}
+
+impl ParamSlot for BatchMemOpParams {
+    #[inline(always)]
+    fn put(&mut self, p: BatchMemOpParams) {
+        *self = p;
+    }
+}
+
+impl ParamSlot for MaybeUninit<BatchMemOpParams> {
+    #[inline(always)]
+    fn put(&mut self, p: BatchMemOpParams) {
+        self.write(p);
+    }
+}
+
 /// The memops of [`post_values`]'s common case, built without a log line, a registration or a
 /// lock: every descriptor a value descriptor whose flags need no warning (no NOR where the GPU
 /// lacks it, no remote flush where it cannot flush), whose word is aligned and translated by
-/// this thread's memo ([`MemMgr::remembered_by`]). Writes them to the front of `params` and returns
-/// that part; `None` (nothing written that matters) for anything else, which [`post_values`]
-/// then handles with its checks, logs and errors. The same memops as [`post_values`] builds
-/// (the unit test compares them). Panic-free, and no call but the memo's thread-local access, for
-/// the export's unguarded path.
+/// this thread's memo `memo` ([`MemMgr::remembered_by`]). Writes them to the front of `params`
+/// and returns how many; `None` (nothing written that matters) for anything else, which
+/// [`post_values`] then handles with its checks, logs and errors. The same memops as
+/// [`post_values`] builds (the unit test compares them). Panic-free and without a call, for the
+/// export's unguarded path.
 #[inline(always)]
-pub fn plain_values<'p>(
+pub fn plain_values(
     caps: &Caps,
     mm: &MemMgr,
+    memo: &Memo,
     descs: impl Iterator<Item = Option<ValueDesc>>,
-    params: &'p mut [BatchMemOpParams; FAST_MAX],
-) -> Option<&'p mut [BatchMemOpParams]> {
-    let memo = memo::get();
+    params: &mut [impl ParamSlot; FAST_MAX],
+) -> Option<usize> {
     let mut n = 0;
     for (d, slot) in descs.zip(params.iter_mut()) {
-        *slot = plain_op(caps, mm, &memo, d?)?.to_params();
+        slot.put(plain_op(caps, mm, memo, d?)?.to_params());
         n += 1;
     }
-    params.get_mut(..n)
+    (n > 0).then_some(n)
 }
 
 /// One descriptor's memop for [`plain_values`], or `None`.
@@ -726,6 +748,7 @@ fn dump_params(origin: &str, params: &[BatchMemOpParams]) {
 mod tests {
     use super::*;
     use crate::cuda::testcuda::{DEV_OFFSET, FakeCuda};
+    use crate::engine::memo;
     use crate::engine::ranges::Range;
 
     fn caps() -> Caps {
@@ -1052,10 +1075,13 @@ mod tests {
                 let mm = MemMgr::default();
                 let mut params = [BatchMemOpParams::default(); FAST_MAX];
                 let once = || std::iter::once(Some(d));
-                assert!(plain_values(&caps, &mm, once(), &mut params).is_none(), "{d:?}: nothing translated yet");
+                assert!(
+                    plain_values(&caps, &mm, &memo::get(), once(), &mut params).is_none(),
+                    "{d:?}: nothing translated yet"
+                );
                 // The value path's memop (what `post_values` submits); it registers the word's page.
                 let general = value_op(&caps, d, &mut |p, s, t| mm.map_mem(&cuda, p, s, t));
-                let built = plain_values(&caps, &mm, once(), &mut params).map(|ops| ops.to_vec());
+                let built = plain_values(&caps, &mm, &memo::get(), once(), &mut params).map(|n| params[..n].to_vec());
                 assert_eq!(built.is_some(), plain, "{d:?} with {caps:?}");
                 if let Some(ops) = built {
                     assert_eq!(general.map(|op| vec![op.to_params()]), Ok(ops), "{d:?}: the same memop");
@@ -1067,8 +1093,8 @@ mod tests {
             mm.map_mem(&cuda, p, 16, GDS_MEMORY_HOST).expect("registered");
             let mut params = [BatchMemOpParams::default(); FAST_MAX];
             let two = [Some(wait(GDS_WAIT_COND_GEQ, GDS_MEMORY_HOST)), Some(write(p + 4, GDS_MEMORY_HOST))];
-            assert_eq!(plain_values(&caps, &mm, two.into_iter(), &mut params).map(|o| o.len()), Some(2));
-            assert!(plain_values(&caps, &mm, [two[0], None].into_iter(), &mut params).is_none());
+            assert_eq!(plain_values(&caps, &mm, &memo::get(), two.into_iter(), &mut params), Some(2));
+            assert!(plain_values(&caps, &mm, &memo::get(), [two[0], None].into_iter(), &mut params).is_none());
         }
     }
 
