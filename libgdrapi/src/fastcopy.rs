@@ -156,11 +156,13 @@ pub(crate) unsafe fn copy<const TO: bool>(h: usize, a: usize, b: usize, n: usize
                 if n < 16 {
                     below_16::<TO>(h, a, b, n)
                 } else if n < wc::SHORT_MAX {
-                    if TO { short::<TO>(h, a, b, n) } else { short_load(h, a, b, n) }
+                    if TO { short::<TO>(h, a, b, n) } else { SHORT_LOAD.jump(h, a, b, n) }
                 } else if wc::is_whole_lines(dev, n) {
                     lines::<TO>(h, a, b, n)
                 } else if !TO && n < SPAN_MAX {
-                    short_load(h, a, b, n)
+                    SHORT_LOAD.jump(h, a, b, n)
+                } else if !TO {
+                    LONG_LOAD.jump(h, a, b, n)
                 } else {
                     large::<TO>(h, a, b, n)
                 }
@@ -209,56 +211,114 @@ unsafe fn up_to_8<const TO: bool>(h: usize, a: usize, b: usize, dev: usize, host
     unsafe { below_16::<TO>(h, a, b, n) }
 }
 
-/// Where the fast path's loads below [`SPAN_MAX`] bytes go, except those that are one aligned
-/// access and those of whole lines from [`wc::SHORT_MAX`] bytes (the loads the span load takes
-/// where the CPU has one): [`first_short_load`] until the selection is made, then what it chose:
-/// the span load (its entry taking the export's arguments), or [`short_load_chunks`] where the CPU
-/// has none. So such a load reaches its engine with one jump, without testing the selection on
-/// the way (three to five tests and a second jump before). Set once the selection exists (which
-/// never changes), and every value it ever holds is right for every such load.
-static SHORT_LOAD: AtomicPtr<()> = AtomicPtr::new(first_short_load as General as *mut ());
+/// A slot the fast path jumps through: a load function with the export's own arguments (so the
+/// jump moves nothing), at first one that waits for the engine selection and then stores its
+/// choice here. The selection never changes once made, and every value a slot ever holds is
+/// right for every load it takes, so the slot needs no ordering.
+struct LoadSlot(AtomicPtr<()>);
 
-/// A fast-path load that [`SHORT_LOAD`] takes: a jump through it.
-///
-/// # Safety
-/// As [`small`], but `1 <= n < SPAN_MAX`, and not whole lines from [`wc::SHORT_MAX`] bytes.
-#[inline(always)]
-unsafe fn short_load(h: usize, a: usize, b: usize, n: usize) -> c_int {
-    // SAFETY: `SHORT_LOAD` only ever holds `General` functions that load any such range with this
-    // contract: `first_short_load`, `short_load_chunks` or the selection's `span_from_export`.
-    unsafe {
-        let f = std::mem::transmute::<*mut (), General>(SHORT_LOAD.load(Ordering::Relaxed));
-        f(h, a, b, n)
+impl LoadSlot {
+    const fn new(first: General) -> LoadSlot {
+        LoadSlot(AtomicPtr::new(first as *mut ()))
+    }
+
+    /// The load through the slot.
+    ///
+    /// # Safety
+    /// The contract of the loads the slot takes (see each slot).
+    #[inline(always)]
+    unsafe fn jump(&self, h: usize, a: usize, b: usize, n: usize) -> c_int {
+        // SAFETY: a slot only ever holds `General` functions (made by `new` and `choose`), each
+        // with the slot's contract; the caller's is that contract.
+        unsafe { std::mem::transmute::<*mut (), General>(self.0.load(Ordering::Relaxed))(h, a, b, n) }
+    }
+
+    /// The slot's first function: once the selection exists, stores `choice(selection)` in the
+    /// slot and loads with it; before, loads with `unselected` (which selects on its way).
+    ///
+    /// # Safety
+    /// As [`LoadSlot::jump`]; both functions have the slot's contract.
+    #[inline(always)]
+    unsafe fn choose(
+        &self,
+        choice: impl FnOnce(&crate::copy::select::Selection) -> General,
+        unselected: General,
+        (h, a, b, n): (usize, usize, usize, usize),
+    ) -> c_int {
+        let Some(sel) = crate::copy::select::ready() else {
+            // SAFETY: forwarded.
+            return unsafe { unselected(h, a, b, n) };
+        };
+        let chosen = choice(sel);
+        self.0.store(chosen as *mut (), Ordering::Relaxed);
+        // SAFETY: forwarded.
+        unsafe { chosen(h, a, b, n) }
     }
 }
 
-/// [`SHORT_LOAD`] before the selection is made: sets the slot if it is made now, and loads.
+/// Where the fast path's loads below [`SPAN_MAX`] bytes go, except those that are one aligned
+/// access and those of whole lines from [`wc::SHORT_MAX`] bytes (the loads the span load takes
+/// where the CPU has one): the span load (its entry taking the export's arguments), or
+/// [`short_load_chunks`] where the CPU has none. So such a load reaches its engine with one jump,
+/// without testing the selection on the way (three to five tests and a second jump before).
+static SHORT_LOAD: LoadSlot = LoadSlot::new(first_short_load);
+
+/// Where the fast path's loads from [`SPAN_MAX`] bytes that are not whole lines go: the whole-load
+/// function where the CPU has AVX-512 VBMI (its entry taking the export's arguments), [`large`]
+/// elsewhere. Before, every such load went through [`large`] and its selection tests.
+static LONG_LOAD: LoadSlot = LoadSlot::new(first_long_load);
+
+/// [`SHORT_LOAD`]'s first function.
 ///
 /// # Safety
-/// As [`short_load`].
+/// As [`small`], but `1 <= n < SPAN_MAX`, and not whole lines from [`wc::SHORT_MAX`] bytes.
 #[inline(never)]
 unsafe extern "C" fn first_short_load(h: usize, a: usize, b: usize, n: usize) -> c_int {
-    let Some(sel) = crate::copy::select::ready() else {
-        // SAFETY: forwarded (the chunks select the engines on their way).
-        return unsafe { short_load_chunks(h, a, b, n) };
-    };
-    #[cfg(target_arch = "x86_64")]
-    let chosen: General = sel.whole_loads.map_or(short_load_chunks, |w| w.span_from_export);
-    #[cfg(not(target_arch = "x86_64"))]
-    let chosen: General = {
-        let _ = sel;
-        short_load_chunks
-    };
-    SHORT_LOAD.store(chosen as *mut (), Ordering::Relaxed);
-    // SAFETY: forwarded; both have `short_load`'s contract.
-    unsafe { chosen(h, a, b, n) }
+    // SAFETY: forwarded; the span load and the chunks take every such load.
+    unsafe {
+        SHORT_LOAD.choose(
+            |sel| {
+                #[cfg(target_arch = "x86_64")]
+                if let Some(w) = sel.whole_loads {
+                    return w.span_from_export;
+                }
+                let _ = sel;
+                short_load_chunks
+            },
+            short_load_chunks,
+            (h, a, b, n),
+        )
+    }
+}
+
+/// [`LONG_LOAD`]'s first function.
+///
+/// # Safety
+/// As [`small`], but `n >= SPAN_MAX` and not whole lines.
+#[inline(never)]
+unsafe extern "C" fn first_long_load(h: usize, a: usize, b: usize, n: usize) -> c_int {
+    // SAFETY: forwarded; the whole-load function and `large` take every such load.
+    unsafe {
+        LONG_LOAD.choose(
+            |sel| {
+                #[cfg(target_arch = "x86_64")]
+                if let Some(w) = sel.whole_loads {
+                    return w.large_from_export;
+                }
+                let _ = sel;
+                large::<FROM_MAPPING>
+            },
+            large::<FROM_MAPPING>,
+            (h, a, b, n),
+        )
+    }
 }
 
 /// A load that [`SHORT_LOAD`] takes where the CPU has no span load: [`small`] below 16 bytes,
 /// [`short`]'s chunks below [`wc::SHORT_MAX`], [`large`] from there.
 ///
 /// # Safety
-/// As [`short_load`].
+/// As [`first_short_load`].
 #[inline(never)]
 unsafe extern "C" fn short_load_chunks(h: usize, a: usize, b: usize, n: usize) -> c_int {
     // SAFETY: forwarded, with the size each one takes.
@@ -274,14 +334,14 @@ unsafe extern "C" fn short_load_chunks(h: usize, a: usize, b: usize, n: usize) -
 }
 
 /// A fast-path copy under 16 bytes that is not one aligned access: [`small`] (stores) or
-/// [`short_load`] (loads).
+/// through [`SHORT_LOAD`] (loads).
 ///
 /// # Safety
 /// As [`small`].
 #[inline(always)]
 unsafe fn below_16<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     // SAFETY: forwarded.
-    unsafe { if TO { small::<TO>(h, a, b, n) } else { short_load(h, a, b, n) } }
+    unsafe { if TO { small::<TO>(h, a, b, n) } else { SHORT_LOAD.jump(h, a, b, n) } }
 }
 
 /// A fast-path copy that is one naturally aligned access of `W` bytes, inline: the access and the

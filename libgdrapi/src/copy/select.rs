@@ -76,11 +76,19 @@ pub(crate) struct WholeLoads {
     pub(crate) span: WholeLoad,
     /// The fenced span load with the public copy call's arguments, `(handle, host, dev, n)`
     /// (`x86::load_span_vbmi_from_export`), for the fast path's small loads to jump to.
-    pub(crate) span_from_export: unsafe extern "C" fn(usize, usize, usize, usize) -> core::ffi::c_int,
+    pub(crate) span_from_export: ExportFn,
     /// A whole load of at least `wc::SHORT_MAX` bytes (used from [`SPAN_MAX`] up), its partial
     /// lines at the ends included, in one function (`x86::load_large_vbmi`).
     pub(crate) large: WholeLoad,
+    /// The fenced whole load with the public copy call's arguments
+    /// (`x86::load_large_vbmi_from_export`), for the fast path's partial-line loads from
+    /// [`SPAN_MAX`] bytes.
+    pub(crate) large_from_export: ExportFn,
 }
+
+/// A fenced load with the public copy call's arguments, `(handle, host, dev, n)` (the handle
+/// unused), returning 0: what the fast path jumps to with nothing to move.
+pub(crate) type ExportFn = unsafe extern "C" fn(usize, usize, usize, usize) -> core::ffi::c_int;
 
 /// Loads shorter than this go to the span load ([`WholeLoads::span`]) where it exists (unless they are one
 /// aligned access or lie in one 8-byte word). From here up the line kernels' aligned host stores
@@ -267,6 +275,7 @@ fn build() -> Selection {
             span: WholeLoad { unfenced: x86::load_span_vbmi::<false>, fenced: x86::load_span_vbmi::<true> },
             span_from_export: x86::load_span_vbmi_from_export,
             large: WholeLoad { unfenced: x86::load_large_vbmi::<false>, fenced: x86::load_large_vbmi::<true> },
+            large_from_export: x86::load_large_vbmi_from_export,
         }),
         engines: all,
     }

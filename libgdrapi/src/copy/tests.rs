@@ -316,6 +316,37 @@ fn the_span_load_copies_at_every_offset_pair() {
     }
 }
 
+/// The whole-load function (VBMI; used from `select::SPAN_MAX` bytes) through each of its three
+/// entries in turn (the dispatcher's, the fenced one, the one with the public copy call's
+/// arguments), at every device offset in a line, some host offsets and lengths from 128 bytes.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_whole_load_entries_copy_at_every_device_offset() {
+    let Some(whole) = super::select::get().whole_loads else {
+        println!("SKIP: no whole load (the CPU has no AVX-512 VBMI, or GDRCOPY_COPY_NO_AVX512=1)");
+        return;
+    };
+    let mut h = Harness::new(8);
+    let mut f = |d: *mut u8, s: *const u8, n: usize| {
+        // SAFETY: the harness's own disjoint buffers, n >= 128; selected, so the CPU has VBMI.
+        let r = unsafe {
+            match n % 3 {
+                0 => (whole.large.unfenced)(d, s, n),
+                1 => (whole.large.fenced)(d, s, n),
+                _ => (whole.large_from_export)(0x5eed, d as usize, s as usize, n),
+            }
+        };
+        assert_eq!(r, 0);
+    };
+    for dev_off in 0..64 {
+        for host_off in [0, 3, 17, 63] {
+            for len in (128..=200).chain([255, 256, 511, 512, 513, 1000, 1024, 4095, 4096, 4097]) {
+                h.case(Direction::FromDevice, dev_off, host_off, len, "whole load", &mut f);
+            }
+        }
+    }
+}
+
 #[derive(Debug, PartialEq, Eq)]
 struct Seg {
     op: Op,

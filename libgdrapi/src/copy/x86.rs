@@ -631,6 +631,24 @@ pub(crate) unsafe extern "C" fn load_large_vbmi<const FENCE: bool>(
     }
 }
 
+/// [`load_large_vbmi`] (fenced) with the public copy call's own arguments, `(handle, host, dev,
+/// n)`, the handle unused: what the fast path's partial-line loads from `select::SPAN_MAX` bytes
+/// jump to once it is selected (`fastcopy`). A jump there with the arguments moved.
+///
+/// # Safety
+/// As [`load_large_vbmi`].
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vbmi")]
+#[inline(never)]
+pub(crate) unsafe extern "C" fn load_large_vbmi_from_export(
+    _handle: usize,
+    host: usize,
+    dev: usize,
+    n: usize,
+) -> core::ffi::c_int {
+    // SAFETY: forwarded.
+    unsafe { load_large_vbmi::<true>(host as *mut u8, dev as *const u8, n) }
+}
+
 /// A load of any length from any device address where the CPU has AVX-512 VBMI, output first:
 /// each 64 bytes of the host side are one two-line byte shuffle (VPERMT2B) of the device lines
 /// they come from, each device line is read once with one 64-byte streaming load (one read per
