@@ -228,31 +228,14 @@ impl LoadSlot {
     /// The contract of the loads the slot takes (see each slot).
     #[inline(always)]
     unsafe fn jump(&self, h: usize, a: usize, b: usize, n: usize) -> c_int {
-        // SAFETY: a slot only ever holds `General` functions (made by `new` and `choose`), each
+        // SAFETY: a slot only ever holds `General` functions (given to `new` and `set`), each
         // with the slot's contract; the caller's is that contract.
         unsafe { std::mem::transmute::<*mut (), General>(self.0.load(Ordering::Relaxed))(h, a, b, n) }
     }
 
-    /// The slot's first function: once the selection exists, stores `choice(selection)` in the
-    /// slot and loads with it; before, loads with `unselected` (which selects on its way).
-    ///
-    /// # Safety
-    /// As [`LoadSlot::jump`]; both functions have the slot's contract.
-    #[inline(always)]
-    unsafe fn choose(
-        &self,
-        choice: impl FnOnce(&crate::copy::select::Selection) -> General,
-        unselected: General,
-        (h, a, b, n): (usize, usize, usize, usize),
-    ) -> c_int {
-        let Some(sel) = crate::copy::select::ready() else {
-            // SAFETY: forwarded.
-            return unsafe { unselected(h, a, b, n) };
-        };
-        let chosen = choice(sel);
-        self.0.store(chosen as *mut (), Ordering::Relaxed);
-        // SAFETY: forwarded.
-        unsafe { chosen(h, a, b, n) }
+    /// Makes the slot jump to `f`, which has the slot's contract.
+    fn set(&self, f: General) {
+        self.0.store(f as *mut (), Ordering::Relaxed);
     }
 }
 
@@ -261,64 +244,40 @@ impl LoadSlot {
 /// where the CPU has one): the span load (its entry taking the export's arguments), or
 /// [`short_load_chunks`] where the CPU has none. So such a load reaches its engine with one jump,
 /// without testing the selection on the way (three to five tests and a second jump before).
-static SHORT_LOAD: LoadSlot = LoadSlot::new(first_short_load);
+static SHORT_LOAD: LoadSlot = LoadSlot::new(first_load::<false>);
 
 /// Where the fast path's loads from [`SPAN_MAX`] bytes that are not whole lines go: the whole-load
 /// function where the CPU has AVX-512 VBMI (its entry taking the export's arguments), [`large`]
 /// elsewhere. Before, every such load went through [`large`] and its selection tests.
-static LONG_LOAD: LoadSlot = LoadSlot::new(first_long_load);
+static LONG_LOAD: LoadSlot = LoadSlot::new(first_load::<true>);
 
-/// [`SHORT_LOAD`]'s first function.
+/// The first function of [`LONG_LOAD`] (`LONG`) or [`SHORT_LOAD`]: once the engine selection
+/// exists, points the slot at the slot's engine (the whole-load or the span load's entry with the
+/// export's arguments where the CPU has AVX-512 VBMI, else [`large`] or [`short_load_chunks`])
+/// and loads with it; before, loads with the second pair, which selects on its way.
 ///
 /// # Safety
-/// As [`small`], but `1 <= n < SPAN_MAX`, and not whole lines from [`wc::SHORT_MAX`] bytes.
+/// As [`small`], for a load the slot takes: `1 <= n < SPAN_MAX` and not whole lines from
+/// [`wc::SHORT_MAX`] bytes ([`SHORT_LOAD`]), or `n >= SPAN_MAX` and not whole lines ([`LONG_LOAD`]).
 #[inline(never)]
-unsafe extern "C" fn first_short_load(h: usize, a: usize, b: usize, n: usize) -> c_int {
-    // SAFETY: forwarded; the span load and the chunks take every such load.
-    unsafe {
-        SHORT_LOAD.choose(
-            |sel| {
-                #[cfg(target_arch = "x86_64")]
-                if let Some(w) = sel.whole_loads {
-                    return w.span_from_export;
-                }
-                let _ = sel;
-                short_load_chunks
-            },
-            short_load_chunks,
-            (h, a, b, n),
-        )
-    }
-}
-
-/// [`LONG_LOAD`]'s first function.
-///
-/// # Safety
-/// As [`small`], but `n >= SPAN_MAX` and not whole lines.
-#[inline(never)]
-unsafe extern "C" fn first_long_load(h: usize, a: usize, b: usize, n: usize) -> c_int {
-    // SAFETY: forwarded; the whole-load function and `large` take every such load.
-    unsafe {
-        LONG_LOAD.choose(
-            |sel| {
-                #[cfg(target_arch = "x86_64")]
-                if let Some(w) = sel.whole_loads {
-                    return w.large_from_export;
-                }
-                let _ = sel;
-                large::<FROM_MAPPING>
-            },
-            large::<FROM_MAPPING>,
-            (h, a, b, n),
-        )
-    }
+unsafe extern "C" fn first_load<const LONG: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
+    let (slot, without_vbmi): (&LoadSlot, General) =
+        if LONG { (&LONG_LOAD, large::<FROM_MAPPING>) } else { (&SHORT_LOAD, short_load_chunks) };
+    let Some(sel) = crate::copy::select::ready() else {
+        // SAFETY: forwarded; it takes every load the slot takes.
+        return unsafe { without_vbmi(h, a, b, n) };
+    };
+    let chosen = sel.whole_loads.map_or(without_vbmi, |w| if LONG { w.large_from_export } else { w.span_from_export });
+    slot.set(chosen);
+    // SAFETY: forwarded; each choice takes every load the slot takes.
+    unsafe { chosen(h, a, b, n) }
 }
 
 /// A load that [`SHORT_LOAD`] takes where the CPU has no span load: [`small`] below 16 bytes,
 /// [`short`]'s chunks below [`wc::SHORT_MAX`], [`large`] from there.
 ///
 /// # Safety
-/// As [`first_short_load`].
+/// As [`first_load`] for [`SHORT_LOAD`].
 #[inline(never)]
 unsafe extern "C" fn short_load_chunks(h: usize, a: usize, b: usize, n: usize) -> c_int {
     // SAFETY: forwarded, with the size each one takes.

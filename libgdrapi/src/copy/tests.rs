@@ -277,6 +277,28 @@ fn the_realigning_line_load_copies_at_every_host_offset() {
     }
 }
 
+/// A copy function for the harness that calls one whole-load function's three entries in turn,
+/// by length (the dispatcher's, the fenced one, the one with the public copy call's arguments),
+/// each of which must return 0.
+#[cfg(target_arch = "x86_64")]
+fn taking_turns(
+    entries: super::select::WholeLoad,
+    from_export: super::select::ExportFn,
+) -> impl FnMut(*mut u8, *const u8, usize) {
+    move |d, s, n| {
+        // SAFETY: the harness's own disjoint buffers, n at least what the function takes (each
+        // test's lengths); selected, so the CPU has what it needs.
+        let r = unsafe {
+            match n % 3 {
+                0 => (entries.unfenced)(d, s, n),
+                1 => (entries.fenced)(d, s, n),
+                _ => from_export(0x5eed, d as usize, s as usize, n),
+            }
+        };
+        assert_eq!(r, 0);
+    }
+}
+
 /// The span load (any length, any offsets; selected where the CPU has AVX-512 VBMI) at every pair
 /// of device and host offsets in a line, every length to three lines and some longer ones, plus
 /// host ranges whose last store would cross a page boundary (its two-store path), with the
@@ -291,17 +313,7 @@ fn the_span_load_copies_at_every_offset_pair() {
         return;
     };
     let mut h = Harness::new(7);
-    let mut f = |d: *mut u8, s: *const u8, n: usize| {
-        // SAFETY: the harness's own disjoint buffers, n >= 1; selected, so the CPU has VBMI.
-        let r = unsafe {
-            match n % 3 {
-                0 => (whole.span.unfenced)(d, s, n),
-                1 => (whole.span.fenced)(d, s, n),
-                _ => (whole.span_from_export)(0x5eed, d as usize, s as usize, n),
-            }
-        };
-        assert_eq!(r, 0);
-    };
+    let mut f = taking_turns(whole.span, whole.span_from_export);
     for dev_off in 0..64 {
         for host_off in 0..64 {
             for len in (1..=192).chain([255, 256, 257, 1000, 4097]) {
@@ -327,17 +339,7 @@ fn the_whole_load_entries_copy_at_every_device_offset() {
         return;
     };
     let mut h = Harness::new(8);
-    let mut f = |d: *mut u8, s: *const u8, n: usize| {
-        // SAFETY: the harness's own disjoint buffers, n >= 128; selected, so the CPU has VBMI.
-        let r = unsafe {
-            match n % 3 {
-                0 => (whole.large.unfenced)(d, s, n),
-                1 => (whole.large.fenced)(d, s, n),
-                _ => (whole.large_from_export)(0x5eed, d as usize, s as usize, n),
-            }
-        };
-        assert_eq!(r, 0);
-    };
+    let mut f = taking_turns(whole.large, whole.large_from_export);
     for dev_off in 0..64 {
         for host_off in [0, 3, 17, 63] {
             for len in (128..=200).chain([255, 256, 511, 512, 513, 1000, 1024, 4095, 4096, 4097]) {
