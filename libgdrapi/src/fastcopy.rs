@@ -13,8 +13,9 @@
 //! [`crate::parking`] for why that is safe); then the window
 //! check against the handle's fast-path mirror (whose length is 0 unless everything above
 //! holds, so it needs no test of its own), and either one naturally aligned access plus the
-//! fence, a short copy (16-127 bytes) inline (loads: a jump to the span load where the CPU has
-//! AVX-512 VBMI), or a jump to the out-of-line engines. No lock, no atomic read-modify-write, no
+//! fence, a short store (16-127 bytes) inline, a jump through a load slot (`LoadSlot`: the span
+//! or the whole-load function where the CPU has AVX-512 VBMI, set once from the engine selection),
+//! or a jump to the out-of-line engines. No lock, no atomic read-modify-write, no
 //! call; the 1-8-byte copies need no saved register (the short copy saves one, on its own path only:
 //! tests/fast_path_shape.rs checks the 8-byte straight line in the built library); every way out
 //! that is not the fast copy is a tail call with the caller's own arguments.
@@ -324,9 +325,9 @@ unsafe fn single<const TO: bool, const W: usize>(dev: usize, host: usize) -> c_i
 }
 
 /// The rest of a fast-path copy under 16 bytes that is not one access: the write-combined
-/// helper and the fence (stores), one aligned 8-byte read (loads inside one 8-byte word), or a
-/// jump to the span load where the CPU has one (x86-64 with AVX-512 VBMI) or to [`small_across`]
-/// (other loads). Out of line, so the fast path itself needs no saved registers and jumps here;
+/// helper and the fence (stores); for loads, which come here only where the CPU has no span
+/// load ([`SHORT_LOAD`] sends them to the span load where it has one), one aligned 8-byte read
+/// inside one 8-byte word, or a jump to [`small_across`]. Out of line, so the fast path itself needs no saved registers and jumps here;
 /// `extern "C"` because such a function cannot unwind, which is what lets the caller's call be
 /// a jump (a call that might unwind through an `extern "C"` export needs a landing pad). Takes
 /// the export's own arguments in its own order, as [`copy`] does (`h` unused, see [`keep`]), so
@@ -370,12 +371,10 @@ unsafe extern "C" fn small_across(h: usize, a: usize, b: usize, n: usize) -> c_i
     )
 }
 
-/// A short copy (16 bytes up to [`wc::SHORT_MAX`]), inline in the export: 16-byte steps between
-/// exact or chunked ends, no call; loads where the CPU has the span load jump there instead (one
-/// read per line and one shuffle per 64 bytes, whatever the alignment). The one part of the fast
-/// path that needs a saved register (loads without the span load); the compiler saves it on this
-/// path only (shrink-wrapping), so the 1-8-byte copies still need none, and a short copy reaches
-/// its body with one taken jump instead of two.
+/// A short copy (16 bytes up to [`wc::SHORT_MAX`]): 16-byte steps between exact or chunked ends,
+/// no call. Stores inline in the export (the compiler saves the register it needs on this path
+/// only, so the 1-8-byte copies still need none); loads in [`short_load_chunks`], where the CPU
+/// has no span load ([`SHORT_LOAD`] sends them to the span load where it has one).
 ///
 /// # Safety
 /// As [`small`], but `16 <= n < wc::SHORT_MAX`.
@@ -397,8 +396,9 @@ unsafe fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int
 }
 
 /// [`small`] from [`wc::SHORT_MAX`] bytes up, not whole lines: the partial lines at the ends and
-/// the line kernel between them (loads on x86-64: where the CPU has them, a jump to the span
-/// load below `select::SPAN_MAX` and to the whole-load function from there up; else
+/// the line kernel between them (loads come here only where the CPU has no whole-load
+/// functions, through [`LONG_LOAD`] and [`short_load_chunks`]; if it has them, a jump to the
+/// span load below `select::SPAN_MAX` and to the whole-load function from there up; else
 /// `wc::load_lines_last`'s body here, ending in a jump to the line kernel's fenced twin; so the
 /// way from the export to the kernel is two jumps and the kernel returns to the caller), or the
 /// plan (stores).
