@@ -18,7 +18,9 @@
 //! and the other library, and the ratios public/dispatcher and public/other; paired differences
 //! (alternating blocks, `--pairs N` of them) with the median's 95% confidence interval for
 //! public-dispatcher, public-other, misaligned-aligned public (with its time ratio) and the
-//! misaligned public calls of both libraries. `--threads 1,2,4,8`
+//! misaligned public calls of both libraries; then one `bar` line per direction with the largest
+//! paired public-dispatcher differences (inlined and behind a C call) and misaligned/aligned
+//! public time ratio of the run, each with its size. `--threads 1,2,4,8`
 //! adds a scaling table: each thread copies through its own mapping.
 //!
 //! Run: `cargo bench -p gdrapi --features bench-internals --bench copy_engines [-- --quick]
@@ -798,6 +800,9 @@ fn summary(what: &str, methods: &[Method], rows: &[(usize, Vec<Option<f64>>)], o
     let called = col(&|m| matches!(m, Method::DispatchCalled));
     let misaligned = col(&|m| matches!(m, Method::Public { label, .. } if label.starts_with(MISALIGNED_PUBLIC)));
     let misaligned_dispatch = col(&|m| matches!(m, Method::Dispatch { dev_off: MIS_DEV, host_off: MIS_HOST }));
+    // The largest paired public-dispatcher differences and misaligned/aligned ratio of this run,
+    // with their sizes: issue 10's bars in one line.
+    let mut worst = [Worst::default(); 3];
     println!();
     for (len, row) in rows {
         let ns = |i: Option<usize>| i.and_then(|i| row[i]).map(|gbs| *len as f64 / gbs);
@@ -805,11 +810,13 @@ fn summary(what: &str, methods: &[Method], rows: &[(usize, Vec<Option<f64>>)], o
         let mut line = format!("summary {what} {}: public {p:.2} ns", human(*len));
         if let Some(d) = ns(dispatch) {
             let pd = dispatch.map(|i| paired(&methods[public], &methods[i], *len, on));
+            worst[0].note(pd.as_ref().map(|d| d.med), *len);
             let pd = pd.map_or(String::new(), |s| format!(", paired {s}"));
             line += &format!(", dispatcher {d:.2} ns (public-dispatcher {:+.2} ns{pd}, speed x{:.2})", p - d, d / p);
         }
         if let Some(c) = called {
             let s = paired(&methods[public], &methods[c], *len, on);
+            worst[1].note(Some(s.med), *len);
             line += &format!(", paired public-dispatcher(C call) {s}");
         }
         if let Some(o) = ns(other) {
@@ -823,12 +830,41 @@ fn summary(what: &str, methods: &[Method], rows: &[(usize, Vec<Option<f64>>)], o
         }
         if let Some(m) = misaligned {
             let s = paired(&methods[m], &methods[public], *len, on);
+            // A 1-byte copy has no misaligned form (the column is then the aligned one).
+            worst[2].note((*len > 1).then_some(s.ratio), *len);
             line += &format!(", paired misaligned-aligned public {s}, time x{:.2}", s.ratio);
         }
         if let (Some(m), Some(o)) = (misaligned, other_misaligned) {
             line += &format!(", paired misaligned public-other {}", paired(&methods[m], &methods[o], *len, on));
         }
         println!("{line}");
+    }
+    let [pd, pdc, mis] = worst;
+    let mut bar = format!("bar {what}:");
+    for (name, w, ns) in [
+        ("paired public-dispatcher", pd, true),
+        ("paired public-dispatcher(C call)", pdc, true),
+        ("misaligned/aligned public time", mis, false),
+    ] {
+        if let Some((v, len)) = w.0 {
+            let v = if ns { format!("{v:+.2} ns") } else { format!("x{v:.2}") };
+            bar += &format!(" {name} at most {v} ({});", human(len));
+        }
+    }
+    println!("{bar}");
+}
+
+/// The largest value seen so far and the copy size it was seen at.
+#[derive(Clone, Copy, Default)]
+struct Worst(Option<(f64, usize)>);
+
+impl Worst {
+    fn note(&mut self, v: Option<f64>, len: usize) {
+        if let Some(v) = v
+            && self.0.is_none_or(|(w, _)| v > w)
+        {
+            self.0 = Some((v, len));
+        }
     }
 }
 
