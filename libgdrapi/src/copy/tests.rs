@@ -261,7 +261,9 @@ fn the_fenced_line_loads_copy_as_their_kernels_and_return_zero() {
 #[test]
 fn the_realigning_line_load_copies_at_every_host_offset() {
     let Some(e) = engines().into_iter().find(|e| e.name == super::select::REALIGN_NAME) else {
-        println!("SKIP: no realigning line load (the CPU has no AVX-512 VBMI, or GDRCOPY_COPY_NO_AVX512=1)");
+        println!(
+            "SKIP the_realigning_line_load_copies_at_every_host_offset: no realigning line load (the CPU has no AVX-512 VBMI, or GDRCOPY_COPY_NO_AVX512=1)"
+        );
         return;
     };
     let mut h = Harness::new(6);
@@ -309,7 +311,9 @@ fn taking_turns(
 #[test]
 fn the_span_load_copies_at_every_offset_pair() {
     let Some(whole) = super::select::get().whole_loads else {
-        println!("SKIP: no span load (the CPU has no AVX-512 VBMI, or GDRCOPY_COPY_NO_AVX512=1)");
+        println!(
+            "SKIP the_span_load_copies_at_every_offset_pair: no span load (the CPU has no AVX-512 VBMI, or GDRCOPY_COPY_NO_AVX512=1)"
+        );
         return;
     };
     let mut h = Harness::new(7);
@@ -335,7 +339,9 @@ fn the_span_load_copies_at_every_offset_pair() {
 #[test]
 fn the_whole_load_entries_copy_at_every_device_offset() {
     let Some(whole) = super::select::get().whole_loads else {
-        println!("SKIP: no whole load (the CPU has no AVX-512 VBMI, or GDRCOPY_COPY_NO_AVX512=1)");
+        println!(
+            "SKIP the_whole_load_entries_copy_at_every_device_offset: no whole load (the CPU has no AVX-512 VBMI, or GDRCOPY_COPY_NO_AVX512=1)"
+        );
         return;
     };
     let mut h = Harness::new(8);

@@ -170,11 +170,8 @@ pub(super) unsafe fn few_descs<'a>(n: usize, descs: *const Descriptor) -> Option
 /// # Safety
 /// As [`parse_descs`].
 pub(super) unsafe fn value_descs<'a>(n: usize, descs: *const Descriptor) -> Option<&'a [Descriptor]> {
-    if n == 0 || n > memops::FAST_MAX || descs.is_null() {
-        return None;
-    }
-    // SAFETY: the caller passes `n` descriptors at `descs` (non-NULL checked).
-    let s = unsafe { std::slice::from_raw_parts(descs, n) };
+    // SAFETY: forwarded contract.
+    let s = unsafe { few_descs(n, descs) }?;
     s.iter().all(|d| matches!(d.tag, GDS_TAG_WAIT_VALUE32 | GDS_TAG_WRITE_VALUE32)).then_some(s)
 }
 
