@@ -347,7 +347,7 @@ unsafe extern "C" fn small<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
         a,
         b,
         // SAFETY: the caller's contract (a device range of 1-15 bytes inside the mapping).
-        |dev, host| unsafe { aligned::to_device(dev, host, n) },
+        |dev, host| unsafe { copy::edges::to_device(dev, host, n) },
         // SAFETY: as above, and in one 8-byte word (tested above).
         |host, dev| unsafe { wc::load_word(host, dev, n) },
     )

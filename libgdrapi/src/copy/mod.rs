@@ -32,6 +32,7 @@
 pub(crate) mod aligned;
 #[cfg(target_arch = "aarch64")]
 mod arm;
+pub(crate) mod edges;
 pub(crate) mod select;
 #[cfg(test)]
 mod tests;

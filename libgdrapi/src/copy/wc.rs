@@ -26,7 +26,7 @@
 use super::select::{self, Selection};
 #[cfg(target_arch = "x86_64")]
 use super::x86;
-use super::{Direction, KernelFn, aligned, run_plan};
+use super::{Direction, KernelFn, aligned, edges, run_plan};
 
 /// Host -> write-combined mapping. Does not fence.
 ///
@@ -79,7 +79,7 @@ pub(crate) unsafe fn store_body(dev: *mut u8, host: *const u8, n: usize) {
     // SAFETY: forwarded contract.
     unsafe {
         if n < 16 {
-            aligned::to_device(dev, host, n);
+            edges::to_device(dev, host, n);
         } else if n < SHORT_MAX {
             store_short(dev, host, n);
         } else {
@@ -119,7 +119,7 @@ pub(crate) unsafe fn store_short_body(dev: *mut u8, host: *const u8, n: usize) {
     unsafe {
         let head = dev.addr().wrapping_neg() & 15;
         if head != 0 {
-            aligned::to_device(dev, host, head);
+            edges::to_device(dev, host, head);
         }
         let mut i = head;
         while i + 16 <= n {
@@ -127,7 +127,7 @@ pub(crate) unsafe fn store_short_body(dev: *mut u8, host: *const u8, n: usize) {
             i += 16;
         }
         if i < n {
-            aligned::to_device(dev.add(i), host.add(i), n - i);
+            edges::to_device(dev.add(i), host.add(i), n - i);
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -156,7 +156,7 @@ unsafe fn store_large(dev: *mut u8, host: *const u8, n: usize) {
 pub(crate) unsafe fn store_large_body(dev: *mut u8, host: *const u8, n: usize) {
     let slots = &select::get().store;
     // SAFETY: forwarded contract; `run_plan` gives each kernel only the alignment it requires.
-    unsafe { run_plan(slots, aligned::to_device, Direction::ToDevice, dev, host, n) }
+    unsafe { run_plan(slots, edges::to_device, Direction::ToDevice, dev, host, n) }
 }
 
 /// [`load`] for everything but a single access.
