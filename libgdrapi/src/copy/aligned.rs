@@ -1,6 +1,7 @@
-//! Scalar device accesses: the aligned-access helper used for heads and tails of write-combined
-//! stores (spec §4.5), the single-access fast path of both directions, and the whole-copy loop
-//! used for `Device` mappings.
+//! Scalar device accesses: the aligned-access helper (spec §4.5) used for heads and tails of
+//! write-combined stores off x86-64 (x86-64 uses `edges.rs`) and for loads without the chunk
+//! path, the single-access fast path of both directions, and the whole-copy loop used for
+//! `Device` mappings.
 //!
 //! Every device-side access here is one volatile load or store of 1, 2, 4 or 8 bytes at an address
 //! that is a multiple of its width. That is what uncached and write-combined PCIe mappings, and

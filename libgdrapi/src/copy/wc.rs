@@ -6,8 +6,9 @@
 //! own, so that callers (the public `gdr_copy_*` path above all) stay small enough to need no
 //! saved registers on their fast path.
 //!
-//! Stores follow [`super::plan_wc`]: exact helper accesses for the head and tail, SIMD kernels for
-//! the 16-byte aligned middle; short copies ([`SHORT_MAX`]) do the middle inline, 16 bytes at a
+//! Stores follow [`super::plan_wc`]: edge stores for the head and tail ([`super::edges`]: at most
+//! two, overlapping, on x86-64; the aligned helper elsewhere), SIMD kernels for the 16-byte
+//! aligned middle; short copies ([`SHORT_MAX`]) do the middle inline, 16 bytes at a
 //! time, without the plan. A store may never touch a byte outside the range: the GPU may own the
 //! bytes next to it.
 //!
@@ -104,7 +105,7 @@ unsafe fn store_short(dev: *mut u8, host: *const u8, n: usize) {
     unsafe { store_short_body(dev, host, n) }
 }
 
-/// A short store: exact helper stores up to 16-byte alignment and for the tail, one non-temporal
+/// A short store: edge stores ([`edges`]) up to 16-byte alignment and for the tail, one non-temporal
 /// 16-byte store for each aligned 16 bytes between them. No call, so callers that jump here need
 /// no saved registers.
 ///
@@ -113,7 +114,7 @@ unsafe fn store_short(dev: *mut u8, host: *const u8, n: usize) {
 #[inline(always)]
 pub(crate) unsafe fn store_short_body(dev: *mut u8, host: *const u8, n: usize) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: the pieces partition [0, n); helper stores are naturally aligned (its contract);
+    // SAFETY: the pieces partition [0, n); the edge stores stay inside theirs (their contract);
     // each 16-byte store is at a 16-aligned device address inside the range, MOVNTDQ is baseline
     // SSE2 on x86-64, and the host side is read unaligned.
     unsafe {
