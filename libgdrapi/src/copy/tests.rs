@@ -306,7 +306,7 @@ fn taking_turns(
 /// host ranges whose last store would cross a page boundary (its two-store path), with the
 /// bytes around each host range left alone. Its three entries take turns by length: the
 /// dispatcher's, the fenced one and the one with the public copy call's arguments (which the
-/// fast path jumps to).
+/// fast path jumps to); that last one then alone at every length below 16.
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn the_span_load_copies_at_every_offset_pair() {
@@ -330,24 +330,10 @@ fn the_span_load_copies_at_every_offset_pair() {
             h.case(Direction::FromDevice, 7, host_off - len.min(host_off) / 2, len, "span load", &mut f);
         }
     }
-}
-
-/// The span load's entry with the public copy call's arguments (VBMI; what the fast path's loads
-/// below 16 bytes that are not one access jump to): every length below 16 at every pair of device
-/// and host offsets in a line, and host ranges ending near a page boundary, each returning 0 and
-/// leaving the bytes around the host range alone. (The span test above gives this entry only
-/// every third length.)
-#[cfg(target_arch = "x86_64")]
-#[test]
-fn the_span_entry_copies_every_length_below_16_at_every_offset_pair() {
-    let Some(whole) = super::select::get().whole_loads else {
-        println!(
-            "SKIP the_span_entry_copies_every_length_below_16_at_every_offset_pair: no span load (the CPU has no AVX-512 VBMI, or GDRCOPY_COPY_NO_AVX512=1)"
-        );
-        return;
-    };
-    let mut h = Harness::new(9);
-    let mut f = |d: *mut u8, s: *const u8, n: usize| {
+    // The entry with the public copy call's arguments, which the fast path's loads below 16
+    // bytes jump to, at every such length (the turns above give it every third), including host
+    // ranges that end near a page boundary.
+    let mut export = |d: *mut u8, s: *const u8, n: usize| {
         // SAFETY: the harness's own disjoint buffers, valid for n bytes; selected, so the CPU
         // has what the entry needs.
         assert_eq!(unsafe { (whole.span_from_export)(0x5eed, d as usize, s as usize, n) }, 0);
@@ -355,7 +341,7 @@ fn the_span_entry_copies_every_length_below_16_at_every_offset_pair() {
     for dev_off in 0..64 {
         for host_off in (0..64).chain((4096 - 31)..(4096 + 1)) {
             for len in 1..16 {
-                h.case(Direction::FromDevice, dev_off, host_off, len, "span entry", &mut f);
+                h.case(Direction::FromDevice, dev_off, host_off, len, "span entry", &mut export);
             }
         }
     }
