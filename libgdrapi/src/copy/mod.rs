@@ -41,7 +41,7 @@ pub(crate) mod select;
 mod tests;
 pub(crate) mod wc;
 #[cfg(target_arch = "x86_64")]
-mod x86;
+pub(crate) mod x86;
 
 /// How the device side of a copy is mapped (values match `gdr_mapping_type_t` 1..=3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -60,6 +60,9 @@ pub(crate) struct Selection {
     /// x86-64: whether the 16-byte end chunks of a load use MOVNTDQA (SSE4.1), as the 16-byte slot
     /// does, rather than MOVDQA.
     pub(crate) stream_chunks: bool,
+    /// x86-64: whether a load below 16 bytes inside one 16-byte chunk may shuffle the chunk's
+    /// bytes down with PSHUFB (`x86::load_in_chunk_sse41`): the CPU has SSE4.1 and SSSE3.
+    pub(crate) shuffle_chunks: bool,
     /// x86-64: the load `line` kernel's fenced twin (the kernel, the store fence, return 0), which
     /// the public fast path jumps to at the end of a load; `None` elsewhere.
     pub(crate) load_line_fenced: Option<FencedFn>,
@@ -270,6 +273,7 @@ fn build() -> Selection {
         load: Slots { w16: l16.f, w32: l32.f, line: lline.f },
         summary: describe([sline.name, s32.name, s16.name], [lline.name, l32.name, l16.name], &extra),
         stream_chunks: sse41,
+        shuffle_chunks: sse41 && std::arch::is_x86_feature_detected!("ssse3"),
         load_line_fenced: Some(load_line_fenced),
         whole_loads: vbmi.then_some(WholeLoads {
             span: WholeLoad { unfenced: x86::load_span_vbmi::<false>, fenced: x86::load_span_vbmi::<true> },
@@ -298,6 +302,7 @@ fn build() -> Selection {
         load: Slots { w16: l.f, w32: l.f, line: l.f },
         summary: describe([s.name; 3], [l.name; 3], "cpu: aarch64 asimd (LS64 not used)"),
         stream_chunks: false,
+        shuffle_chunks: false,
         load_line_fenced: None,
         whole_loads: None,
         engines: all,
@@ -318,6 +323,7 @@ fn build() -> Selection {
         load: Slots { w16: l.f, w32: l.f, line: l.f },
         summary: describe([s.name; 3], [l.name; 3], "cpu: generic"),
         stream_chunks: false,
+        shuffle_chunks: false,
         load_line_fenced: None,
         whole_loads: None,
         engines: all,

@@ -347,6 +347,29 @@ fn the_span_load_copies_at_every_offset_pair() {
     }
 }
 
+/// The SSE4.1 load inside one aligned 16-byte chunk (the fast path's loads below 16 bytes where
+/// the CPU has no span load): every device offset in a line, every length that keeps the range in
+/// its chunk, host offsets aligned and not, the bytes around the host range left alone.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_sse41_chunk_load_copies_every_range_inside_a_chunk() {
+    if !(std::arch::is_x86_feature_detected!("sse4.1") && std::arch::is_x86_feature_detected!("ssse3")) {
+        println!("SKIP the_sse41_chunk_load_copies_every_range_inside_a_chunk: the CPU has no SSE4.1 or SSSE3");
+        return;
+    }
+    let mut h = Harness::new(10);
+    // SAFETY: the harness's own disjoint buffers, valid for n bytes; the range stays inside its
+    // chunk (the loops' bounds); the CPU has the features (tested above).
+    let mut f = |d: *mut u8, s: *const u8, n: usize| unsafe { x86::load_in_chunk_sse41(d, s, n) };
+    for dev_off in 0..64 {
+        for host_off in [0, 1, 3, 7, 8, 13, 4096 - 9] {
+            for len in 1..=(16 - dev_off % 16).min(15) {
+                h.case(Direction::FromDevice, dev_off, host_off, len, "SSE4.1 chunk load", &mut f);
+            }
+        }
+    }
+}
+
 /// The whole-load function (VBMI; used from `select::SPAN_MAX` bytes) through each of its three
 /// entries in turn (the dispatcher's, the fenced one, the one with the public copy call's
 /// arguments), at every device offset in a line, some host offsets and lengths from 128 bytes.

@@ -286,10 +286,16 @@ pub(crate) unsafe fn load_word(host: *mut u8, dev: *const u8, n: usize) {
 pub(crate) unsafe fn load_small_across(host: *mut u8, dev: *const u8, n: usize) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: forwarded. Without a selection (not after `gdr_open`, which makes it) plain MOVDQA,
-    // valid on every x86-64 CPU: no initialising call here.
+    // valid on every x86-64 CPU: no initialising call here. The shuffle only where the selection
+    // says the CPU has it, for a range inside one chunk (its contract).
     unsafe {
-        let stream = chunk_streaming().unwrap_or(false);
-        small_chunks(host, dev, n, dev.addr() & 15, |chunk, skip, host, n| bounce_x86(stream, chunk, skip, host, n))
+        let (stream, shuffle) = select::ready().map_or((false, false), |s| (s.stream_chunks, s.shuffle_chunks));
+        let head = dev.addr() & 15;
+        if shuffle && head + n <= 16 {
+            x86::load_in_chunk_sse41(host, dev, n);
+            return;
+        }
+        small_chunks(host, dev, n, head, |chunk, skip, host, n| bounce_x86(stream, chunk, skip, host, n))
     }
     #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: forwarded.
@@ -497,7 +503,7 @@ pub(crate) fn line_kernels() -> Option<(KernelFn, KernelFn)> {
 /// # Safety
 /// `host` is writable for `n` bytes, `1 <= n <= 8`.
 #[inline(always)]
-unsafe fn write_low_bytes(host: *mut u8, v: u64, n: usize) {
+pub(crate) unsafe fn write_low_bytes(host: *mut u8, v: u64, n: usize) {
     // SAFETY: each pair covers [0, w) and [n - w, n) with w <= n.
     unsafe {
         if n == 8 {
