@@ -325,13 +325,13 @@ unsafe fn single<const TO: bool, const W: usize>(dev: usize, host: usize) -> c_i
 }
 
 /// The rest of a fast-path copy under 16 bytes that is not one access: the edge stores
-/// ([`copy::edges`]) and the fence (stores); for loads, which come here only where the CPU has no span
-/// load ([`SHORT_LOAD`] sends them to the span load where it has one), one aligned 8-byte read
-/// inside one 8-byte word, or a jump to [`small_across`]. Out of line, so the fast path itself needs no saved registers and jumps here;
-/// `extern "C"` because such a function cannot unwind, which is what lets the caller's call be
-/// a jump (a call that might unwind through an `extern "C"` export needs a landing pad). Takes
-/// the export's own arguments in its own order, as [`copy`] does (`h` unused, see [`keep`]), so
-/// the jump needs no register moves.
+/// ([`copy::edges`]) and the fence (stores); for loads, which come here only where the CPU has
+/// no span load ([`SHORT_LOAD`] sends them to the span load where it has one), one aligned
+/// 8-byte read inside one 8-byte word, or a jump to [`small_across`]. Out of line, so the fast
+/// path itself needs no saved registers and jumps here; `extern "C"` because such a function
+/// cannot unwind, which is what lets the caller's call be a jump (a call that might unwind
+/// through an `extern "C"` export needs a landing pad). Takes the export's own arguments in its
+/// own order, as [`copy`] does (`h` unused, see [`keep`]), so the jump needs no register moves.
 ///
 /// # Safety
 /// The mapping side's `[ptr, ptr + n)` lies in a live write-combined mapping that this thread's

@@ -5,10 +5,10 @@
 //! time. The rules this module follows for WC mappings, from the architecture manuals rather than
 //! from cached-memory timings:
 //! - every device load is naturally aligned; outside the SIMD kernels it is one volatile access
-//!   of at most 8 bytes (`aligned.rs`) or an aligned vector holding the range; so is every store
-//!   on other architectures than x86-64, where a store under 16 bytes (a short copy, or the head
-//!   or tail of a longer one) is at most two plain stores of one width at any alignment,
-//!   overlapping (`edges.rs` says why that is sound on write-combined memory);
+//!   of at most 8 bytes (`aligned.rs`) or an aligned vector holding the range. So is every store
+//!   except on x86-64, where a store under 16 bytes (a short copy, or the head or tail of a
+//!   longer one) is at most two plain stores of one width at any alignment, overlapping
+//!   (`edges.rs` says why that is sound on write-combined memory);
 //! - stores are non-temporal (MOVNTDQ, VMOVNTDQ; MOVDIR64B and zmm VMOVNTDQ are implemented and
 //!   benchmarked, see `select.rs` for why they are not selected), and fill whole 64-byte lines
 //!   back to back wherever the range allows, so a line leaves the core as one write and no line

@@ -261,9 +261,7 @@ fn the_fenced_line_loads_copy_as_their_kernels_and_return_zero() {
 #[test]
 fn the_realigning_line_load_copies_at_every_host_offset() {
     let Some(e) = engines().into_iter().find(|e| e.name == super::select::REALIGN_NAME) else {
-        println!(
-            "SKIP the_realigning_line_load_copies_at_every_host_offset: no realigning line load (the CPU has no AVX-512 VBMI, or GDRCOPY_COPY_NO_AVX512=1)"
-        );
+        println!("SKIP the_realigning_line_load_copies_at_every_host_offset: no realigning line load {NO_VBMI}");
         return;
     };
     let mut h = Harness::new(6);
@@ -277,6 +275,21 @@ fn the_realigning_line_load_copies_at_every_host_offset() {
             h.case(Direction::FromDevice, 0, host_off, len, e.name, &mut f);
         }
     }
+}
+
+/// Why a VBMI test skipped, for its SKIP line.
+#[cfg(target_arch = "x86_64")]
+const NO_VBMI: &str = "(the CPU has no AVX-512 VBMI, or GDRCOPY_COPY_NO_AVX512=1)";
+
+/// The whole-load functions of this CPU's selection, or `None` after printing the SKIP line of
+/// `test` (the CPU has no AVX-512 VBMI, or it is turned off).
+#[cfg(target_arch = "x86_64")]
+fn whole_loads_or_skip(test: &str) -> Option<super::select::WholeLoads> {
+    let whole = super::select::get().whole_loads;
+    if whole.is_none() {
+        println!("SKIP {test}: no span or whole load {NO_VBMI}");
+    }
+    whole
 }
 
 /// A copy function for the harness that calls one whole-load function's three entries in turn,
@@ -310,10 +323,7 @@ fn taking_turns(
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn the_span_load_copies_at_every_offset_pair() {
-    let Some(whole) = super::select::get().whole_loads else {
-        println!(
-            "SKIP the_span_load_copies_at_every_offset_pair: no span load (the CPU has no AVX-512 VBMI, or GDRCOPY_COPY_NO_AVX512=1)"
-        );
+    let Some(whole) = whole_loads_or_skip("the_span_load_copies_at_every_offset_pair") else {
         return;
     };
     let mut h = Harness::new(7);
@@ -376,10 +386,7 @@ fn the_sse41_chunk_load_copies_every_range_inside_a_chunk() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn the_whole_load_entries_copy_at_every_device_offset() {
-    let Some(whole) = super::select::get().whole_loads else {
-        println!(
-            "SKIP the_whole_load_entries_copy_at_every_device_offset: no whole load (the CPU has no AVX-512 VBMI, or GDRCOPY_COPY_NO_AVX512=1)"
-        );
+    let Some(whole) = whole_loads_or_skip("the_whole_load_entries_copy_at_every_device_offset") else {
         return;
     };
     let mut h = Harness::new(8);
