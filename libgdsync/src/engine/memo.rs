@@ -5,10 +5,10 @@
 //!
 //! It is a plain `thread_local!` (general-dynamic TLS: a call to `__tls_get_addr` per access),
 //! not an initial-exec block as libgdrapi's copy path uses (`gpudirect_common::tls`): that would
-//! save the call (11 of the about 260 instructions of a two-descriptor enqueue), but it marks the library
-//! `STATIC_TLS`, and then its whole TLS segment (296 bytes: the standard library's
+//! save the call (11 of the about 260 instructions of a two-descriptor enqueue), but it marks the
+//! library `STATIC_TLS`, and then its whole TLS segment (296 bytes: the standard library's
 //! thread-locals, the scratch buffers and this memo) comes out of the 512-byte surplus glibc
-//! keeps for dlopen'ed libraries, of which libgdrapi already takes 152.
+//! keeps for dlopen'ed libraries, of which libgdrapi already takes 160.
 
 use std::cell::Cell;
 
