@@ -1,0 +1,44 @@
+#!/bin/bash
+# The copy call's bars (issue 10) on the GPU machine, in one command, from the repository root,
+# with the bundle that libgdrapi/gpu-bench/bundle.sh built on the development machine:
+#     libgdrapi/gpu-bench/run.sh [bundle-dir] [runs]     (defaults: target/gdrapi-gpu, 4)
+# Needs python3 and taskset; no cargo, no CUDA toolkit (the bench loads the bundled cudasim).
+#   1. `runs` bench runs to 4097 bytes, pinned to one CPU, 300 block pairs per paired difference,
+#      this build and the base taking turns as `--ours` (the other one is `--gdrapi`), so that
+#      where each library's code sits in the process is seen both ways;
+#   2. one run at every size to 16 MiB with the thread-scaling table (1, 2, 4, 8 threads);
+#   3. scripts/bench-bar-summary over the runs with this build as `--ours`.
+# About 6-8 minutes on the H100 machine. Outputs go to ${OUT:-/tmp}/gdrapi-gpu/.
+set -uo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$top"
+B=$(cd "${1:-target/gdrapi-gpu}" && pwd)
+runs=${2:-4}
+D=${OUT:-/tmp}/gdrapi-gpu
+mkdir -p "$D"
+export LD_LIBRARY_PATH=$B/lib CUDASIM_DMABUF=1 CUDASIM_DRIVER_VERSION=13030 GDRCOPY_USE_DMABUF_MMAP=1
+ours=$B/lib/libgdrapi.so.2
+base=$B/base/libgdrapi.so.2
+# One CPU that is not the first (interrupts) of those allowed.
+cpu=$(python3 -c 'import os; c = sorted(os.sched_getaffinity(0)); print(c[min(3, len(c) - 1)])')
+{
+    date -u
+    echo "this build: $(cat "$B/WHAT")"
+    echo "base: $(cat "$B/base/WHAT")"
+    grep -m1 'model name' /proc/cpuinfo
+    echo "CPUs allowed: $(nproc); pinned runs on CPU $cpu"
+} | tee "$D/machine.txt"
+mine=()
+for r in $(seq 1 "$runs"); do
+    if [ $((r % 2)) = 1 ]; then a=$ours; b=$base; mine+=("$D/run-$r.txt"); else a=$base; b=$ours; fi
+    echo "== run $r: --ours $(basename "$(dirname "$a")")/$(basename "$a")"
+    taskset -c "$cpu" "$B/copy_engines" --bar-only --host-offset 2048 --max-size 4097 --pairs 300 \
+        --ours "$a" --gdrapi "$b" > "$D/run-$r.txt" 2>&1 || { echo "run $r failed"; tail -5 "$D/run-$r.txt"; exit 1; }
+    grep '^bar' "$D/run-$r.txt"
+done
+echo "== every size and the thread-scaling table"
+"$B/copy_engines" --bar-only --host-offset 2048 --ours "$ours" --gdrapi "$base" --threads 1,2,4,8 \
+    > "$D/full.txt" 2>&1 || { echo "full run failed"; tail -5 "$D/full.txt"; exit 1; }
+grep -E '^\| (8 B|4 KiB) (load|store) \|' "$D/full.txt" || echo "no thread-scaling table in $D/full.txt"
+echo "== bars, runs with this build as --ours"
+python3 scripts/bench-bar-summary "${mine[@]}" | tee "$D/verdict.txt"
