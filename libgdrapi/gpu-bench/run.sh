@@ -7,8 +7,12 @@
 #      this build and the base taking turns as `--ours` (the other one is `--gdrapi`), so that
 #      where each library's code sits in the process is seen both ways;
 #   2. one run at every size to 16 MiB with the thread-scaling table (1, 2, 4, 8 threads);
-#   3. scripts/bench-bar-summary over the runs with this build as `--ours`.
-# About 6-8 minutes on the H100 machine. Outputs go to ${OUT:-/tmp}/gdrapi-gpu/.
+#   3. one more run like those of step 1 but with the host buffer at page offset 1024, where no
+#      misaligned load up to 2 KiB crosses a page boundary (at 2048 the 2 KiB one does), and the
+#      misaligned/aligned load ratios from 512 bytes at both offsets side by side: what a store
+#      split across two pages costs on this CPU (docs/performance.md, fifteenth pass);
+#   4. scripts/bench-bar-summary over the runs with this build as `--ours`.
+# About 7-9 minutes on the H100 machine. Outputs go to ${OUT:-/tmp}/gdrapi-gpu/.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top"
@@ -40,5 +44,11 @@ echo "== every size and the thread-scaling table"
 "$B/copy_engines" --bar-only --host-offset 2048 --ours "$ours" --gdrapi "$base" --threads 1,2,4,8 \
     > "$D/full.txt" 2>&1 || { echo "full run failed"; tail -5 "$D/full.txt"; exit 1; }
 grep -E '^\| (8 B|4 KiB) (load|store) \|' "$D/full.txt" || echo "no thread-scaling table in $D/full.txt"
+echo "== misaligned/aligned loads, host buffer at page offset 2048 (run 1) and 1024"
+taskset -c "$cpu" "$B/copy_engines" --bar-only --host-offset 1024 --max-size 4097 --pairs 300 \
+    --ours "$ours" --gdrapi "$base" > "$D/offset-1024.txt" 2>&1 || { echo "offset run failed"; tail -5 "$D/offset-1024.txt"; exit 1; }
+ratios() { sed -nE 's/^summary loads ([0-9]+ [KMG]?i?B): .*paired misaligned-aligned public [^,]*, time (x[0-9.]+).*/\1 \2/p' "$1"; }
+paste <(ratios "$D/run-1.txt") <(ratios "$D/offset-1024.txt") | awk -F'\t' '{ split($1, a, " "); split($2, b, " ");
+    if (a[2] == "KiB" || a[1] + 0 >= 512) printf "  %s %s: %s at 2048, %s at 1024\n", a[1], a[2], a[3], b[3] }'
 echo "== bars, runs with this build as --ours"
 python3 scripts/bench-bar-summary "${mine[@]}" | tee "$D/verdict.txt"
