@@ -7,12 +7,13 @@
 #      this build and the base taking turns as `--ours` (the other one is `--gdrapi`), so that
 #      where each library's code sits in the process is seen both ways;
 #   2. one run at every size to 16 MiB with the thread-scaling table (1, 2, 4, 8 threads);
-#   3. one more run like those of step 1 but with the host buffer at page offset 1024, where no
-#      misaligned load up to 2 KiB crosses a page boundary (at 2048 the 2 KiB one does), and the
-#      misaligned/aligned load ratios from 512 bytes at both offsets side by side: what a store
-#      split across two pages costs on this CPU (docs/performance.md, fifteenth pass);
+#   3. one more run like those of step 1 but with the host buffer at page offset 1024, and the
+#      misaligned/aligned load ratios from 512 bytes at both offsets side by side (on Zen 4 the
+#      worst cell moves with the host offset, and at 2048 the 2 KiB one includes a store split
+#      across two pages: docs/performance.md, fifteenth pass);
 #   4. scripts/bench-bar-summary over the runs with this build as `--ours`.
-# About 7-9 minutes on the H100 machine. Outputs go to ${OUT:-/tmp}/gdrapi-gpu/.
+# About 7-9 minutes on the H100 machine. Outputs go to ${OUT:-/tmp}/gdrapi-gpu/: with 4 runs,
+# 7 files (the device tool brings back at most 8).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top"
@@ -25,13 +26,14 @@ ours=$B/lib/libgdrapi.so.2
 base=$B/base/libgdrapi.so.2
 # One CPU that is not the first (interrupts) of those allowed.
 cpu=$(python3 -c 'import os; c = sorted(os.sched_getaffinity(0)); print(c[min(3, len(c) - 1)])')
-{
+machine=$(
     date -u
     echo "this build: $(cat "$B/WHAT")"
     echo "base: $(cat "$B/base/WHAT")"
     grep -m1 'model name' /proc/cpuinfo
     echo "CPUs allowed: $(nproc); pinned runs on CPU $cpu"
-} | tee "$D/machine.txt"
+)
+echo "$machine"
 mine=()
 for r in $(seq 1 "$runs"); do
     if [ $((r % 2)) = 1 ]; then a=$ours; b=$base; mine+=("$D/run-$r.txt"); else a=$base; b=$ours; fi
@@ -51,4 +53,4 @@ ratios() { sed -nE 's/^summary loads ([0-9]+ [KMG]?i?B): .*paired misaligned-ali
 paste <(ratios "$D/run-1.txt") <(ratios "$D/offset-1024.txt") | awk -F'\t' '{ split($1, a, " "); split($2, b, " ");
     if (a[2] == "KiB" || a[1] + 0 >= 512) printf "  %s %s: %s at 2048, %s at 1024\n", a[1], a[2], a[3], b[3] }'
 echo "== bars, runs with this build as --ours"
-python3 scripts/bench-bar-summary "${mine[@]}" | tee "$D/verdict.txt"
+{ echo "$machine"; python3 scripts/bench-bar-summary "${mine[@]}"; } | tee "$D/verdict.txt"
