@@ -9,8 +9,8 @@
 #   2. one run at every size to 16 MiB with the thread-scaling table (1, 2, 4, 8 threads);
 #   3. one more run like those of step 1 but with the host buffer at page offset 1024, and the
 #      misaligned/aligned load ratios from 512 bytes at both offsets side by side (on Zen 4 the
-#      worst cell moves with the host offset, and at 2048 the 2 KiB one includes a store split
-#      across two pages: docs/performance.md, fifteenth pass);
+#      2 KiB cell at 2048 includes a store split across two pages, and at 1024 it does not:
+#      docs/performance.md, fifteenth pass);
 #   4. scripts/bench-bar-summary over the runs with this build as `--ours`.
 # About 7-9 minutes on the H100 machine. Outputs go to ${OUT:-/tmp}/gdrapi-gpu/: with 4 runs,
 # 7 files (the device tool brings back at most 8).
