@@ -18,13 +18,7 @@ B=$top/target/gdrapi-gpu
 rm -rf "$B"
 mkdir -p "$B/lib" "$B/base"
 cargo build -q --release -p gdrapi -p cudasim
-bench=$(cargo bench -q -p gdrapi --features bench-internals --bench copy_engines --no-run --message-format=json 2>/dev/null |
-    python3 -c 'import sys, json
-for l in sys.stdin:
-    m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "copy_engines":
-        print(m["executable"])')
-[ -x "$bench" ] || { echo "copy_engines bench not built" >&2; exit 1; }
+bench=$(scripts/copy-bench-path)
 strip -o "$B/copy_engines" "$bench"
 strip -o "$B/lib/libgdrapi.so.2" target/release/libgdrapi.so
 strip -o "$B/lib/libcuda.so.1" target/release/libcuda.so

@@ -34,12 +34,16 @@ machine=$(
     echo "CPUs allowed: $(nproc); pinned runs on CPU $cpu"
 )
 echo "$machine"
+# One bench run to 4097 bytes on the pinned CPU: host offset, --ours, --gdrapi, output file.
+pinned_run() {
+    taskset -c "$cpu" "$B/copy_engines" --bar-only --host-offset "$1" --max-size 4097 --pairs 300 \
+        --ours "$2" --gdrapi "$3" > "$4" 2>&1 || { echo "run into $4 failed"; tail -5 "$4"; exit 1; }
+}
 mine=()
 for r in $(seq 1 "$runs"); do
     if [ $((r % 2)) = 1 ]; then a=$ours; b=$base; mine+=("$D/run-$r.txt"); else a=$base; b=$ours; fi
     echo "== run $r: --ours $(basename "$(dirname "$a")")/$(basename "$a")"
-    taskset -c "$cpu" "$B/copy_engines" --bar-only --host-offset 2048 --max-size 4097 --pairs 300 \
-        --ours "$a" --gdrapi "$b" > "$D/run-$r.txt" 2>&1 || { echo "run $r failed"; tail -5 "$D/run-$r.txt"; exit 1; }
+    pinned_run 2048 "$a" "$b" "$D/run-$r.txt"
     grep '^bar' "$D/run-$r.txt"
 done
 echo "== every size and the thread-scaling table"
@@ -47,8 +51,7 @@ echo "== every size and the thread-scaling table"
     > "$D/full.txt" 2>&1 || { echo "full run failed"; tail -5 "$D/full.txt"; exit 1; }
 grep -E '^\| (8 B|4 KiB) (load|store) \|' "$D/full.txt" || echo "no thread-scaling table in $D/full.txt"
 echo "== misaligned/aligned loads, host buffer at page offset 2048 (run 1) and 1024"
-taskset -c "$cpu" "$B/copy_engines" --bar-only --host-offset 1024 --max-size 4097 --pairs 300 \
-    --ours "$ours" --gdrapi "$base" > "$D/offset-1024.txt" 2>&1 || { echo "offset run failed"; tail -5 "$D/offset-1024.txt"; exit 1; }
+pinned_run 1024 "$ours" "$base" "$D/offset-1024.txt"
 ratios() { sed -nE 's/^summary loads ([0-9]+ [KMG]?i?B): .*paired misaligned-aligned public [^,]*, time (x[0-9.]+).*/\1 \2/p' "$1"; }
 paste <(ratios "$D/run-1.txt") <(ratios "$D/offset-1024.txt") | awk -F'\t' '{ split($1, a, " "); split($2, b, " ");
     if (a[2] == "KiB" || a[1] + 0 >= 512) printf "  %s %s: %s at 2048, %s at 1024\n", a[1], a[2], a[3], b[3] }'
