@@ -6,7 +6,8 @@
 #   1. `runs` bench runs to 4097 bytes, pinned to one CPU, 300 block pairs per paired difference,
 #      this build and the base taking turns as `--ours` (the other one is `--gdrapi`), so that
 #      where each library's code sits in the process is seen both ways;
-#   2. one run at every size to 16 MiB with the thread-scaling table (1, 2, 4, 8 threads);
+#   2. one run at every size to 16 MiB with the thread-scaling table (1, 2, 4, 8 threads), unless
+#      SKIP_FULL=1 (an A/B of two builds needs only the pinned runs);
 #   3. one more run like those of step 1 but with the host buffer at page offset 1024, and the
 #      misaligned/aligned load ratios from 512 bytes at both offsets side by side (on Zen 4 the
 #      2 KiB cell at 2048 includes a store split across two pages, and at 1024 it does not:
@@ -46,10 +47,14 @@ for r in $(seq 1 "$runs"); do
     pinned_run 2048 "$a" "$b" "$D/run-$r.txt"
     grep '^bar' "$D/run-$r.txt"
 done
-echo "== every size and the thread-scaling table"
-"$B/copy_engines" --bar-only --host-offset 2048 --ours "$ours" --gdrapi "$base" --threads 1,2,4,8 \
-    > "$D/full.txt" 2>&1 || { echo "full run failed"; tail -5 "$D/full.txt"; exit 1; }
-grep -E '^\| (8 B|4 KiB) (load|store) \|' "$D/full.txt" || echo "no thread-scaling table in $D/full.txt"
+if [ "${SKIP_FULL:-0}" = 1 ]; then
+    echo "== every size and the thread-scaling table: skipped (SKIP_FULL=1, for A/B runs)"
+else
+    echo "== every size and the thread-scaling table"
+    "$B/copy_engines" --bar-only --host-offset 2048 --ours "$ours" --gdrapi "$base" --threads 1,2,4,8 \
+        > "$D/full.txt" 2>&1 || { echo "full run failed"; tail -5 "$D/full.txt"; exit 1; }
+    grep -E '^\| (8 B|4 KiB) (load|store) \|' "$D/full.txt" || echo "no thread-scaling table in $D/full.txt"
+fi
 echo "== misaligned/aligned loads, host buffer at page offset 2048 (run 1) and 1024"
 pinned_run 1024 "$ours" "$base" "$D/offset-1024.txt"
 ratios() { sed -nE 's/^summary loads ([0-9]+ [KMG]?i?B): .*paired misaligned-aligned public [^,]*, time (x[0-9.]+).*/\1 \2/p' "$1"; }

@@ -382,7 +382,8 @@ fn the_sse41_chunk_load_copies_every_range_inside_a_chunk() {
 
 /// The whole-load function (VBMI; used from `select::SPAN_MAX` bytes) through each of its three
 /// entries in turn (the dispatcher's, the fenced one, the one with the public copy call's
-/// arguments), at every device offset in a line, some host offsets and lengths from 128 bytes.
+/// arguments), at every device offset in a line, host offsets of every relation to it, host
+/// ranges whose first or last 64 bytes cross a page, and lengths from 128 bytes.
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn the_whole_load_entries_copy_at_every_device_offset() {
@@ -392,8 +393,10 @@ fn the_whole_load_entries_copy_at_every_device_offset() {
     let mut h = Harness::new(8);
     let mut f = taking_turns(whole.large, whole.large_from_export);
     for dev_off in 0..64 {
-        for host_off in [0, 3, 17, 63] {
-            for len in (128..=200).chain([255, 256, 511, 512, 513, 1000, 1024, 4095, 4096, 4097]) {
+        for len in (128..=200).chain([255, 256, 511, 512, 513, 1000, 1024, 2048, 4095, 4096, 4097]) {
+            // Same alignment as the device side within 32 bytes or not, both sides of 32; a head
+            // store across a page; a tail store across one (the range ends 3 bytes into a page).
+            for host_off in [0, 1, 3, 17, 31, 32, 33, 39, 57, 63, 4096 - 30, (4096 + 3 - len) % 4096] {
                 h.case(Direction::FromDevice, dev_off, host_off, len, "whole load", &mut f);
             }
         }
@@ -622,6 +625,44 @@ fn copy_wc_loads_read_only_the_pages_of_their_range() {
                 unsafe { copy_from_mapping(MappingKind::WriteCombined, host.as_mut_ptr(), pages.base.add(off), n) };
                 assert_eq!(&host[..n], &dev[off..off + n], "n {n} off {off}");
                 assert_eq!(host[n], 0xee, "nothing written past the range: n {n} off {off}");
+            }
+        }
+    }
+}
+
+/// The whole load reads only device lines holding a byte of its range and writes only its host
+/// range, with either side flush against an inaccessible page and with host ranges whose end
+/// stores cross the page boundary between the accessible pages: the line kernel's masked stores
+/// at 64-aligned host lines start before the range and end after it, so a store that wrote a
+/// masked byte, or a line read past the range's last line, faults here or shows in the bytes
+/// around the range.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_whole_load_stays_inside_the_pages_of_both_ranges() {
+    let Some(whole) = whole_loads_or_skip("the_whole_load_stays_inside_the_pages_of_both_ranges") else {
+        return;
+    };
+    let (dev_pages, host_pages) = (FencedPages::new(), FencedPages::new());
+    let span = 2 * FencedPages::PAGE;
+    // SAFETY: both windows are the two accessible pages of their mappings, which live until the end.
+    let (dev, host) = unsafe {
+        (std::slice::from_raw_parts_mut(dev_pages.base, span), std::slice::from_raw_parts_mut(host_pages.base, span))
+    };
+    for (i, b) in dev.iter_mut().enumerate() {
+        *b = (i * 13 + 5) as u8;
+    }
+    let mut f = taking_turns(whole.large, whole.large_from_export);
+    for n in [128, 129, 191, 192, 200, 511, 512, 513, 1000, 2048, 4097] {
+        for (dev_gap, host_gap) in [(0, 0), (1, 3), (7, 3), (3, 7), (63, 1), (1, 63), (32, 5), (5, 32)] {
+            // Host ranges flush against either inaccessible page, and ones whose first or last 64
+            // bytes cross the page boundary between the two accessible pages.
+            let hosts = [host_gap, span - host_gap - n, 4096 - 5 - host_gap, 4096 + 3 + host_gap - n];
+            for (d, h) in [dev_gap, span - dev_gap - n].into_iter().flat_map(|d| hosts.map(|h| (d, h))) {
+                host.fill(0xee);
+                f(host[h..].as_mut_ptr(), dev[d..].as_ptr(), n);
+                let what = format!("n {n} dev {d} host {h}");
+                assert_eq!(&host[h..h + n], &dev[d..d + n], "{what}");
+                assert!(host[..h].iter().chain(&host[h + n..]).all(|&b| b == 0xee), "nothing written outside: {what}");
             }
         }
     }
