@@ -508,7 +508,7 @@ unsafe extern "C" fn load_lines_realigned<const FENCE: bool>(
     debug_assert!(!dst.addr().is_multiple_of(64));
     if n != 0 {
         // SAFETY: forwarded, with `n != 0`.
-        unsafe { realign_lines(dst, src, n) };
+        unsafe { realign_lines(dst, src, n, 0) };
     }
     end_of::<FENCE>()
 }
@@ -523,13 +523,18 @@ fn end_of<const FENCE: bool>() -> core::ffi::c_int {
     super::opaque_zero()
 }
 
-/// The copying part of [`load_lines_realigned`] (a non-empty copy).
+/// The copying part of [`load_lines_realigned`] (a non-empty copy), and of [`load_large_vbmi`]'s
+/// middle, which hands it the range's partial last line too: `after` (0-63) more bytes from the
+/// device line at `src + n`, read whole, rotated and blended like the others, whose host bytes
+/// are stored with masked stores at the aligned host lines they fall in, so no store of the tail
+/// splits a line or a page.
 ///
 /// # Safety
-/// As [`load_lines_realigned`], and `n != 0`.
+/// As [`load_lines_realigned`], and `n != 0`; with `after != 0` also `src + n` readable for
+/// `after` bytes (inside the mapping) and `dst` writable for `n + after`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 #[inline]
-unsafe fn realign_lines(dst: *mut u8, src: *const u8, n: usize) {
+unsafe fn realign_lines(dst: *mut u8, src: *const u8, n: usize, after: usize) {
     // Device byte `k` of each line is the first byte of a 64-aligned host line: `k` bytes of a
     // line go to the host line before, `64 - k` to the next.
     let k = 64 - (dst.addr() & 63);
@@ -542,7 +547,9 @@ unsafe fn realign_lines(dst: *mut u8, src: *const u8, n: usize) {
     // first masked store writes [dst, dst + k) (a masked store touches only its selected bytes;
     // the line it names starts before `dst`, hence the wrapping pointer, but lies in the page
     // holding `dst`), the aligned stores the lines at dst + i - back for i in [64, n), and the
-    // last masked store [dst + n - back, dst + n): all inside the range. The table read takes
+    // last masked store [dst + n - back, dst + n); with a tail, the device line at `src + n`
+    // (the caller's), and host bytes [dst + n - back, dst + n + after) as an aligned store and a
+    // masked one or a masked one: all inside the range. The table read takes
     // 64 bytes from index k < 64 of 128. The CPU features are the caller's.
     unsafe {
         let rotate = _mm512_loadu_si512(SHIFTS.as_ptr().add(k).cast());
@@ -564,7 +571,23 @@ unsafe fn realign_lines(dst: *mut u8, src: *const u8, n: usize) {
             _mm512_store_si512(dst.add(i - back).cast(), _mm512_mask_blend_epi8(from_next, prev, a));
             prev = a;
         }
-        _mm512_mask_storeu_epi8(dst.add(n - back).cast(), !from_next, prev);
+        // The host line at `dst + n - back`: its first `back` bytes are the last line's; the
+        // tail's `after` bytes follow them, and past 64 go on into the next host line.
+        let last = dst.add(n - back);
+        if after == 0 {
+            _mm512_mask_storeu_epi8(last.cast(), !from_next, prev);
+        } else {
+            let tail = line(n);
+            let end = back + after;
+            if end <= 64 {
+                let mask: __mmask64 = u64::MAX >> (64 - end);
+                _mm512_mask_storeu_epi8(last.cast(), mask, _mm512_mask_blend_epi8(from_next, prev, tail));
+            } else {
+                _mm512_store_si512(last.cast(), _mm512_mask_blend_epi8(from_next, prev, tail));
+                let mask: __mmask64 = u64::MAX >> (128 - end);
+                _mm512_mask_storeu_epi8(last.add(64).cast(), mask, tail);
+            }
+        }
     }
 }
 
@@ -574,7 +597,9 @@ unsafe fn realign_lines(dst: *mut u8, src: *const u8, n: usize) {
 /// to the line kernel: its realigning loop inlined here where their host side is not 32-aligned
 /// (the two jumps through `load_avx2_realign` and its test cost 0.5-0.7 ns on 512-byte to 2 KiB
 /// loads at device +7, host +3 on the H100 machine's Xeon, four A/B runs), otherwise the AVX2
-/// kernel. `FENCE`: the fenced twin's end (SFENCE, 0), for the public fast path; otherwise
+/// kernel. The realigning loop also takes the tail's partial line as one more step whose host
+/// stores are at aligned lines: the tail's own unaligned store, where the host range ends just
+/// past a page boundary, splits the two pages (5-10 ns on both machines' CPUs). `FENCE`: the fenced twin's end (SFENCE, 0), for the public fast path; otherwise
 /// returns 0 without fencing, for the dispatcher.
 ///
 /// The two end stores are whole vectors inside [host, host + n): the head's at `host`, the
@@ -605,8 +630,9 @@ pub(crate) unsafe extern "C" fn load_large_vbmi<const FENCE: bool>(
     let before = (64 - skip) & 63;
     let after = (dev.addr() + n) & 63;
     // SAFETY: the device reads are the 64-aligned lines holding the first and the last byte of
-    // the range (same pages, inside the mapping); the end stores write [host, host + 64) and
-    // [host + n - 64, host + n), inside the range as n >= 128, and the middle's stores cover
+    // the range (same pages, inside the mapping), the latter read by the realigning middle when
+    // it takes the tail; the end stores write [host, host + 64) and [host + n - 64, host + n),
+    // inside the range as n >= 128, and the middle's stores cover
     // their bytes past the partial lines ([before, 64) and [n - 64, n - after) lie in
     // [before, n - after), which is at least 64 bytes long); the table reads take 64 bytes from an
     // index below 64 of 128. The middle has the line kernel's contract: 64-aligned device side,
@@ -618,18 +644,18 @@ pub(crate) unsafe extern "C" fn load_large_vbmi<const FENCE: bool>(
             let rotate = _mm512_loadu_si512(SHIFTS.as_ptr().add(skip).cast());
             _mm512_storeu_si512(host.cast(), _mm512_permutexvar_epi8(rotate, line));
         }
+        let (h, d, len) = (host.add(before), dev.add(before), n - before - after);
+        if h.addr() & 31 != 0 {
+            // The line kernel's realigning path (`len` is at least one line), here rather than
+            // two jumps away, with the tail's partial line as its last step.
+            realign_lines(h, d, len, after);
+            return end_of::<FENCE>();
+        }
         if after != 0 {
             let line = _mm512_stream_load_si512(dev.add(n - after).cast());
             // Byte 64 - after + j is line byte j: the tail's bytes last.
             let rotate = _mm512_loadu_si512(SHIFTS.as_ptr().add(after).cast());
             _mm512_storeu_si512(host.add(n - 64).cast(), _mm512_permutexvar_epi8(rotate, line));
-        }
-        let (h, d, len) = (host.add(before), dev.add(before), n - before - after);
-        if h.addr() & 31 != 0 {
-            // The line kernel's realigning path (`len` is at least one line), here rather than
-            // two jumps away.
-            realign_lines(h, d, len);
-            return end_of::<FENCE>();
         }
         if FENCE {
             load_avx2_realign_fenced(h, d, len)
