@@ -740,16 +740,17 @@ fn batch_memop_validation_is_all_or_nothing() {
         assert_eq!(cuStreamWaitValue32_v2(s, p, 1, 4), err::INVALID_VALUE);
         assert_eq!(cuStreamWaitValue64_v2(s, p + 4, 1, 0), err::INVALID_VALUE);
         assert_eq!(cuStreamWriteValue64_v2(s, 0x1000, 1, 0), err::INVALID_VALUE, "not device memory");
-        // The address just past `p` is refused unless another test's allocation starts there
-        // (adjacent ranges): asked and used with allocations held off, so the answer stands.
+        // The first slot past `p` that no allocation holds is refused: other tests' allocations
+        // may follow `p` back to back (adjacent ranges), so skip over them, with allocations held
+        // off so that the answer stands until the call.
         {
             let _layout = DEVICE_LAYOUT.lock().unwrap_or_else(|e| e.into_inner());
-            let (mut base, mut size) = (0, 0);
-            if cuMemGetAddressRange_v2(&mut base, &mut size, p + 4096) == err::SUCCESS {
-                println!("note: another test's allocation starts right after this one; past-the-end check not made");
-            } else {
-                assert_eq!(cuStreamWriteValue32_v2(s, p + 4096, 1, 0), err::INVALID_VALUE, "past the allocation");
+            let slot_after = |end: CUdeviceptr| end.next_multiple_of(crate::driver::SUBALLOC_ALIGN);
+            let (mut past, mut base, mut size) = (slot_after(p + 4096), 0, 0);
+            while cuMemGetAddressRange_v2(&mut base, &mut size, past) == err::SUCCESS {
+                past = slot_after(base + size as CUdeviceptr);
             }
+            assert_eq!(cuStreamWriteValue32_v2(s, past, 1, 0), err::INVALID_VALUE, "past the allocation");
         }
         ok(cuStreamDestroy_v2(s));
         ok(cuMemFree_v2(p));
