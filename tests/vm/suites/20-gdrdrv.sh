@@ -115,9 +115,12 @@ done
 step "pass 1: default parameters (persistent mapping)"
 reload
 check_node
-dmesg | grep -q 'gdrdrv:gdrdrv_init:loading gdrdrv version 2.6 built for' ||
+# Here-strings, not pipes: grep -q quits at its first match, and under pipefail a long kernel log
+# would fail the check through dmesg's SIGPIPE.
+klog=$(dmesg)
+grep -q 'gdrdrv:gdrdrv_init:loading gdrdrv version 2.6 built for' <<<"$klog" ||
 	fail "load message missing from the kernel log"
-dmesg | grep -q 'gdrdrv:gdrdrv_init:Persistent mapping will be used' ||
+grep -q 'gdrdrv:gdrdrv_init:Persistent mapping will be used' <<<"$klog" ||
 	fail "persistent mapping message missing"
 [ "$(stat -c %a /proc/driver/gdrdrv)" = 555 ] || fail "/proc/driver/gdrdrv mode"
 [ "$(stat -c %a /proc/driver/gdrdrv/params)" = 444 ] || fail "params mode"
