@@ -548,9 +548,9 @@ unsafe fn realign_lines(dst: *mut u8, src: *const u8, n: usize, after: usize) {
     // the line it names starts before `dst`, hence the wrapping pointer, but lies in the page
     // holding `dst`), the aligned stores the lines at dst + i - back for i in [64, n), and the
     // last masked store [dst + n - back, dst + n); with a tail, the device line at `src + n`
-    // (the caller's), and host bytes [dst + n - back, dst + n + after) as an aligned store and a
-    // masked one or a masked one: all inside the range. The table read takes
-    // 64 bytes from index k < 64 of 128. The CPU features are the caller's.
+    // (the caller's), and host bytes [dst + n - back, dst + n + after) with one masked store, or
+    // an aligned store and a masked one: all inside the range. The table read takes 64 bytes from
+    // index k < 64 of 128. The CPU features are the caller's.
     unsafe {
         let rotate = _mm512_loadu_si512(SHIFTS.as_ptr().add(k).cast());
         let mut prev = _mm512_permutexvar_epi8(rotate, _mm512_stream_load_si512(src.cast()));
@@ -635,11 +635,10 @@ pub(crate) unsafe extern "C" fn load_large_vbmi<const FENCE: bool>(
     // the range (same pages, inside the mapping), the latter read by the realigning middle when
     // it takes the tail; the end stores (the tail's only where the middle does not take it)
     // write [host, host + 64) and [host + n - 64, host + n), inside the range as n >= 128, and
-    // the middle's stores cover
-    // their bytes past the partial lines ([before, 64) and [n - 64, n - after) lie in
-    // [before, n - after), which is at least 64 bytes long); the table reads take 64 bytes from an
-    // index below 64 of 128. The middle has the line kernel's contract: 64-aligned device side,
-    // whole lines.
+    // the middle's stores cover their bytes past the partial lines ([before, 64) and
+    // [n - 64, n - after) lie in [before, n - after), which is at least 64 bytes long); the table
+    // reads take 64 bytes from an index below 64 of 128. The middle has the line kernel's
+    // contract: 64-aligned device side, whole lines.
     unsafe {
         if before != 0 {
             let line = _mm512_stream_load_si512(dev.sub(skip).cast());

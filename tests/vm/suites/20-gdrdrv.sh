@@ -162,7 +162,7 @@ expect_file $REFC 3
 if [ "$HAVE_PAT" = 1 ]; then
 	held=$(bar_memtypes)
 	[ "$held" != "$PAT_BEFORE" ] || fail "mapped buffers registered no WC memtype"
-	if echo "$held" | grep -qv ' write-combining$'; then fail "non-WC memtype on the BAR:
+	if grep -qv ' write-combining$' <<<"$held"; then fail "non-WC memtype on the BAR:
 $held"; fi
 fi
 if rmmod gdrdrv 2>/dev/null; then fail "gdrdrv was unloaded while in use"; fi
