@@ -91,6 +91,18 @@ export STAGE_BIN=$REPO/target/vmstage/bin
 export VMTEST_OUT=${OUT:-/tmp/vmtest-out}
 export HAVE_GDRDRV=$GDRDRV_LOADED
 mkdir -p "$VMTEST_OUT"
+# QEMU's NVMe controller (1b36:0010), if scripts/vmtest attached one: its PCI address, and the
+# file where storage suites record each write they leave on the disk ("offset length seed", see
+# tests/vm/nvme/image.py); the host checks the image against it after the run.
+NVME_BDF=
+for d in /sys/bus/pci/devices/*; do
+	if [ "$(cat "$d/vendor")" = 0x1b36 ] && [ "$(cat "$d/device")" = 0x0010 ]; then
+		NVME_BDF=${d##*/}; break
+	fi
+done
+export NVME_BDF
+export NVME_WRITES=$VMTEST_OUT/nvme-writes.txt
+[ -n "$NVME_BDF" ] && log "NVMe controller at $NVME_BDF (driver: $(basename "$(readlink "/sys/bus/pci/devices/$NVME_BDF/driver" 2>/dev/null)" 2>/dev/null))"
 
 if [ "$SETUP_ONLY" = 1 ]; then
 	log "setup done: REPO=$REPO STAGE_LIB=$STAGE_LIB VMTEST_OUT=$VMTEST_OUT"
