@@ -12,7 +12,7 @@
 //! The price is the `STATIC_TLS` flag on the library: its blocks come from the static TLS surplus
 //! glibc keeps for exactly such libraries (`glibc.rtld.optional_static_tls`, 512 bytes by
 //! default); a process that has used that up gets "cannot allocate memory in static TLS block"
-//! from `dlopen`, and the tunable raises it (docs/performance.md). The whole TLS segment of the
+//! from `dlopen`, and the tunable raises it (docs/decisions/0004-initial-exec-tls.md). The whole TLS segment of the
 //! library counts, not only the block (libgdrapi: 160 bytes, most of them the standard library's),
 //! so the macro is for paths where a few nanoseconds matter: libgdrapi's copy path uses it;
 //! libgdsync, whose calls take microseconds, does not.
