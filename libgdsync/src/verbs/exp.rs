@@ -88,4 +88,22 @@ mod tests {
         a.exp_create_flags = 0;
         assert!(check_create_flags("t", &a).is_ok());
     }
+
+    #[test]
+    fn exp_layouts() {
+        assert_eq!(std::mem::size_of::<ExpSendWr>(), 288);
+        assert_eq!(std::mem::offset_of!(ExpSendWr, exp_opcode), 28);
+        assert_eq!(std::mem::offset_of!(ExpSendWr, imm_data), 36);
+        assert_eq!(std::mem::offset_of!(ExpSendWr, wr), 40);
+        assert_eq!(std::mem::offset_of!(ExpSendWr, qp_type), 72);
+        assert_eq!(std::mem::offset_of!(ExpSendWr, dc), 128);
+        assert_eq!(std::mem::offset_of!(ExpSendWr, bind_tso), 152);
+        assert_eq!(std::mem::offset_of!(ExpSendWr, exp_send_flags), 200);
+        assert_eq!(std::mem::offset_of!(ExpSendWr, comp_mask), 208);
+        assert_eq!(std::mem::size_of::<ExpQpInitAttr>(), 152);
+        assert_eq!(std::mem::offset_of!(ExpQpInitAttr, cap), 32);
+        assert_eq!(std::mem::offset_of!(ExpQpInitAttr, comp_mask), 60);
+        assert_eq!(std::mem::offset_of!(ExpQpInitAttr, pd), 64);
+        assert_eq!(std::mem::offset_of!(ExpQpInitAttr, exp_create_flags), 80);
+    }
 }

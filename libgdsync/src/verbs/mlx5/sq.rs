@@ -253,7 +253,7 @@ impl SqState {
 /// One `gds_send_wr` as an mlx5 WQE description; inline payloads gathered into `buf`.
 ///
 /// # Safety
-/// As `proxy::translate_wr`.
+/// As `proxy::wr::translate_wr`.
 unsafe fn to_wqe<'a>(
     e: &ExpSendWr,
     sig_all: bool,
