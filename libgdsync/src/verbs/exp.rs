@@ -6,7 +6,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::ibv::{QpCap, Sge};
+use super::ibv::{QpCap, QpInitAttr, Sge};
 
 /// `struct ibv_exp_send_wr`, x86-64 layout of include/gdsync/verbs_exp.h (unions as raw words).
 #[repr(C)]
@@ -48,6 +48,31 @@ pub struct ExpQpInitAttr {
     pub xrcd: *mut c_void,
     pub exp_create_flags: u32,
     pub rest: [u32; 17],
+}
+
+impl ExpQpInitAttr {
+    /// What upstream's `gds_create_qp` writes back into the caller's attributes: the CQs it
+    /// made, the PD, and the capabilities the QP got.
+    pub fn write_back(&mut self, send_cq: *mut c_void, recv_cq: *mut c_void, pd: *mut c_void, cap: QpCap) {
+        self.send_cq = send_cq;
+        self.recv_cq = recv_cq;
+        self.pd = pd;
+        self.comp_mask |= IBV_EXP_QP_INIT_ATTR_PD | IBV_EXP_QP_INIT_ATTR_PEER_DIRECT;
+        self.cap = cap;
+    }
+
+    /// The plain verbs attributes of a QP over `send_cq` and `recv_cq`, the rest as asked here.
+    pub fn verbs_attr(&self, send_cq: *mut c_void, recv_cq: *mut c_void) -> QpInitAttr {
+        QpInitAttr {
+            qp_context: self.qp_context,
+            send_cq,
+            recv_cq,
+            srq: self.srq,
+            cap: self.cap,
+            qp_type: self.qp_type,
+            sq_sig_all: self.sq_sig_all,
+        }
+    }
 }
 
 pub(crate) const IBV_EXP_QP_INIT_ATTR_PD: u32 = 1 << 0;

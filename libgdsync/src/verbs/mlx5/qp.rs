@@ -217,15 +217,7 @@ pub unsafe fn create(pd: *mut c_void, ctx: *mut c_void, attr: *mut c_void, flags
             return Err(e);
         }
     };
-    let mut ia = QpInitAttr {
-        qp_context: a.qp_context,
-        send_cq: scq,
-        recv_cq: rcq,
-        srq: a.srq,
-        cap: a.cap,
-        qp_type: a.qp_type,
-        sq_sig_all: a.sq_sig_all,
-    };
+    let mut ia = a.verbs_attr(scq, rcq);
     let destroy_cqs = || {
         // SAFETY: created above, unused.
         unsafe {
@@ -345,18 +337,8 @@ unsafe fn finish(
             return Err(e);
         }
     };
-    a.send_cq = scq;
-    a.recv_cq = rcq;
-    a.pd = pd;
-    a.comp_mask |= 1 | (1 << 10);
-    a.cap = ia.cap;
-    let gds = Box::into_raw(Box::new(GdsQp {
-        qp,
-        send_cq: GdsCq { cq: scq, curr_offset: 0 },
-        recv_cq: GdsCq { cq: rcq, curr_offset: 0 },
-        res_domain: std::ptr::null_mut(),
-        dev_context: ctx,
-    }));
+    a.write_back(scq, rcq, pd, ia.cap);
+    let gds = Box::into_raw(Box::new(GdsQp::new(qp, scq, rcq, ctx)));
     let q = Arc::new(M5Qp {
         gds: gds as usize,
         qp: qp as usize,
@@ -425,11 +407,7 @@ fn find_qp(qp: NonNull<GdsQp>) -> Result<Arc<M5Qp>> {
 pub unsafe fn post_recv(qp: NonNull<GdsQp>, wr: *mut c_void, bad: *mut *mut c_void) -> Result<()> {
     let q = find_qp(qp)?;
     // SAFETY: live QP; the application's list (receives stay libmlx5's).
-    match unsafe { verbs::post_recv(q.qp as *mut c_void, wr, bad) } {
-        0 => Ok(()),
-        r if r < 0 => Err(Errno::last()),
-        r => Err(Errno(r)),
-    }
+    unsafe { verbs::post_recv(q.qp as *mut c_void, wr, bad) }
 }
 
 /// # Safety

@@ -55,7 +55,7 @@ use crate::verbs::Provider;
 use crate::verbs::area::{alloc_area, free_area};
 use crate::verbs::exp::*;
 use crate::verbs::hook::{self, install_hook};
-use crate::verbs::ibv::{self as verbs, QpInitAttr, verbs};
+use crate::verbs::ibv::{self as verbs, verbs};
 use crate::verbs::proxy::cq::{cqs, find_cq, make_cq};
 use crate::verbs::proxy::qp::{ProxyQp, QpInner, find_qp, qps};
 
@@ -110,15 +110,7 @@ impl Proxy {
                 let _ = v.destroy_cq(rcq);
             }
         };
-        let mut ia = QpInitAttr {
-            qp_context: a.qp_context,
-            send_cq: scq,
-            recv_cq: rcq,
-            srq: a.srq,
-            cap: a.cap,
-            qp_type: a.qp_type,
-            sq_sig_all: a.sq_sig_all,
-        };
+        let mut ia = a.verbs_attr(scq, rcq);
         // SAFETY: live pd; CQs created above.
         let qp = match unsafe { v.create_qp(pd, &mut ia) } {
             Ok(q) => q,
@@ -163,19 +155,8 @@ impl Proxy {
             )
         };
         let trig_id = ranges().register(Range { cpu: area.cpu, dev: area.dev, len: 4 });
-        // Write back what upstream's create writes into the caller's attributes.
-        a.send_cq = scq;
-        a.recv_cq = rcq;
-        a.pd = pd;
-        a.comp_mask |= IBV_EXP_QP_INIT_ATTR_PD | IBV_EXP_QP_INIT_ATTR_PEER_DIRECT;
-        a.cap = ia.cap;
-        let gds = Box::into_raw(Box::new(GdsQp {
-            qp,
-            send_cq: GdsCq { cq: scq, curr_offset: 0 },
-            recv_cq: GdsCq { cq: rcq, curr_offset: 0 },
-            res_domain: std::ptr::null_mut(),
-            dev_context: ctx,
-        }));
+        a.write_back(scq, rcq, pd, ia.cap);
+        let gds = Box::into_raw(Box::new(GdsQp::new(qp, scq, rcq, ctx)));
         // SAFETY: live QP.
         let qp_num = unsafe { verbs::object_u32(qp, verbs::QP_NUM) };
         let pq = Arc::new(ProxyQp {
@@ -269,11 +250,7 @@ impl Provider for Proxy {
     unsafe fn post_recv(&self, qp: NonNull<GdsQp>, wr: *mut c_void, bad_wr: *mut *mut c_void) -> Result<()> {
         let q = find_qp(qp)?;
         // SAFETY: live QP (in the table); the application's list.
-        match unsafe { verbs::post_recv(q.qp as *mut c_void, wr, bad_wr) } {
-            0 => Ok(()),
-            r if r < 0 => Err(Errno::last()),
-            r => Err(Errno(r)),
-        }
+        unsafe { verbs::post_recv(q.qp as *mut c_void, wr, bad_wr) }
     }
     unsafe fn prepare_send(
         &self,
