@@ -1,5 +1,7 @@
 //! Command-line options and the copy sizes they select.
 
+#![forbid(unsafe_code)]
+
 pub(crate) struct Opts {
     pub(crate) quick: bool,
     pub(crate) cuda: bool,

@@ -1,6 +1,8 @@
 //! The markdown tables, and the summary and `bar` lines read by scripts/bench-bar-summary and
 //! scripts/check-bench-compare.
 
+#![forbid(unsafe_code)]
+
 use gdrapi::copy::Direction;
 
 use crate::method::Method;
