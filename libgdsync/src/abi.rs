@@ -167,6 +167,19 @@ pub struct GdsQp {
     pub dev_context: *mut c_void,
 }
 
+impl GdsQp {
+    /// The `gds_qp` handed to the application for `qp` over its two CQs (no resource domain).
+    pub fn new(qp: *mut c_void, send_cq: *mut c_void, recv_cq: *mut c_void, dev_context: *mut c_void) -> GdsQp {
+        GdsQp {
+            qp,
+            send_cq: GdsCq { cq: send_cq, curr_offset: 0 },
+            recv_cq: GdsCq { cq: recv_cq, curr_offset: 0 },
+            res_domain: std::ptr::null_mut(),
+            dev_context,
+        }
+    }
+}
+
 /// `gds_wait_value32_t` (24 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

@@ -2,6 +2,8 @@
 //! answers attribute queries from a table, and maps host address `a` to device address
 //! `a + DEV_OFFSET` so tests can tell the two apart.
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 

@@ -6,7 +6,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::ibv::{QpCap, Sge};
+use super::ibv::{QpCap, QpInitAttr, Sge};
 
 /// `struct ibv_exp_send_wr`, x86-64 layout of include/gdsync/verbs_exp.h (unions as raw words).
 #[repr(C)]
@@ -50,6 +50,31 @@ pub struct ExpQpInitAttr {
     pub rest: [u32; 17],
 }
 
+impl ExpQpInitAttr {
+    /// What upstream's `gds_create_qp` writes back into the caller's attributes: the CQs it
+    /// made, the PD, and the capabilities the QP got.
+    pub fn write_back(&mut self, send_cq: *mut c_void, recv_cq: *mut c_void, pd: *mut c_void, cap: QpCap) {
+        self.send_cq = send_cq;
+        self.recv_cq = recv_cq;
+        self.pd = pd;
+        self.comp_mask |= IBV_EXP_QP_INIT_ATTR_PD | IBV_EXP_QP_INIT_ATTR_PEER_DIRECT;
+        self.cap = cap;
+    }
+
+    /// The plain verbs attributes of a QP over `send_cq` and `recv_cq`, the rest as asked here.
+    pub fn verbs_attr(&self, send_cq: *mut c_void, recv_cq: *mut c_void) -> QpInitAttr {
+        QpInitAttr {
+            qp_context: self.qp_context,
+            send_cq,
+            recv_cq,
+            srq: self.srq,
+            cap: self.cap,
+            qp_type: self.qp_type,
+            sq_sig_all: self.sq_sig_all,
+        }
+    }
+}
+
 pub(crate) const IBV_EXP_QP_INIT_ATTR_PD: u32 = 1 << 0;
 pub(crate) const IBV_EXP_QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 pub(crate) const IBV_EXP_QP_INIT_ATTR_PEER_DIRECT: u32 = 1 << 10;
@@ -87,5 +112,23 @@ mod tests {
         assert_eq!(check_create_flags("t", &a), Err(gpudirect_common::Errno::EINVAL));
         a.exp_create_flags = 0;
         assert!(check_create_flags("t", &a).is_ok());
+    }
+
+    #[test]
+    fn exp_layouts() {
+        assert_eq!(std::mem::size_of::<ExpSendWr>(), 288);
+        assert_eq!(std::mem::offset_of!(ExpSendWr, exp_opcode), 28);
+        assert_eq!(std::mem::offset_of!(ExpSendWr, imm_data), 36);
+        assert_eq!(std::mem::offset_of!(ExpSendWr, wr), 40);
+        assert_eq!(std::mem::offset_of!(ExpSendWr, qp_type), 72);
+        assert_eq!(std::mem::offset_of!(ExpSendWr, dc), 128);
+        assert_eq!(std::mem::offset_of!(ExpSendWr, bind_tso), 152);
+        assert_eq!(std::mem::offset_of!(ExpSendWr, exp_send_flags), 200);
+        assert_eq!(std::mem::offset_of!(ExpSendWr, comp_mask), 208);
+        assert_eq!(std::mem::size_of::<ExpQpInitAttr>(), 152);
+        assert_eq!(std::mem::offset_of!(ExpQpInitAttr, cap), 32);
+        assert_eq!(std::mem::offset_of!(ExpQpInitAttr, comp_mask), 60);
+        assert_eq!(std::mem::offset_of!(ExpQpInitAttr, pd), 64);
+        assert_eq!(std::mem::offset_of!(ExpQpInitAttr, exp_create_flags), 80);
     }
 }

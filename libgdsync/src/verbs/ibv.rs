@@ -455,15 +455,21 @@ pub unsafe fn post_send(qp: *mut c_void, wr: *mut SendWr, bad: *mut *mut SendWr)
     }
 }
 
-/// `ibv_post_recv` as verbs.h's inline does it.
+/// `ibv_post_recv` as verbs.h's inline does it; its error number (errno where the provider
+/// returned a negative value).
 ///
 /// # Safety
 /// `qp` is a live QP; `wr`/`bad` the application's pointers.
-pub unsafe fn post_recv(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> c_int {
+pub unsafe fn post_recv(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> Result<(), Errno> {
     // SAFETY: live QP per the contract; the slot holds the provider's post_recv.
-    unsafe {
+    let r = unsafe {
         let f: PostRecvFn = std::mem::transmute::<usize, PostRecvFn>(context_op(object_context(qp), OPS_POST_RECV));
         f(qp, wr, bad)
+    };
+    match r {
+        0 => Ok(()),
+        r if r < 0 => Err(Errno::last()),
+        r => Err(Errno(r)),
     }
 }
 

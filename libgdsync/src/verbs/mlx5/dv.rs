@@ -22,6 +22,8 @@
 //! No mlx5 NIC is reachable from our test machines: everything here is tested against synthetic
 //! rings built from the documented layouts (unit tests below), never against hardware.
 
+#![forbid(unsafe_code)]
+
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::*;
