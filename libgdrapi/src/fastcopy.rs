@@ -6,11 +6,11 @@
 //!
 //! Why a separate path: the copy call is the library's reason to exist and its cost over the raw
 //! engine is what users see. This one is written to compile into a leaf: one compare of the
-//! handle with the one this thread's words name ([`crate::thread_words`]: a thread that copied
+//! handle with the one this thread's words name ([`crate::handles::thread_words`]: a thread that copied
 //! through the same handle last has it validated and announced already, so its copy needs no
 //! handle check and no store); otherwise, out of line, the handle check (one rotate and compare)
-//! and the announcement ([`crate::grace`]: one store, left in place after the copy, see
-//! [`crate::parking`] for why that is safe); then the window
+//! and the announcement ([`crate::handles`]: one store, left in place after the copy, which
+//! the handle-lifetime protocol makes safe); then the window
 //! check against the handle's fast-path mirror (whose length is 0 unless everything above
 //! holds, so it needs no test of its own), and either one naturally aligned access plus the
 //! fence, a short store (16-127 bytes) inline, a jump through a load slot (`LoadSlot`: the span
@@ -20,67 +20,17 @@
 //! tests/fast_path_shape.rs checks the 8-byte straight line in the built library); every way out
 //! that is not the fast copy is a tail call with the caller's own arguments.
 //!
-//! The process-wide conditions that forbid the fast path ([`Why`]) are kept here, one bit each,
-//! the one record of them: the registry reads them when it sets the handles' mirrors (so the fast
-//! path never does), the general path for its fence, and `grace` for how readers synchronise.
+//! The process-wide conditions that forbid the fast path are in [`crate::conditions`]: the
+//! registry reads them when it sets the handles' mirrors (whose format it owns), so the fast
+//! path never does.
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering, compiler_fence};
+use std::sync::atomic::{AtomicPtr, Ordering, compiler_fence};
 
 use crate::copy::select::SPAN_MAX;
 use crate::copy::{self, aligned, wc};
-use crate::registry::{FastWindow, Mirror};
-use crate::thread_words;
-
-/// Process-wide conditions under which copies must take the general path, one bit each.
-static GENERAL_ONLY: AtomicU8 = AtomicU8::new(0);
-
-/// Why copies must take the general path.
-#[derive(Clone, Copy)]
-pub(crate) enum Why {
-    /// `membarrier` is unavailable: copies fence after announcing themselves ([`crate::grace`]).
-    FencedReaders = 1,
-    /// Mappings of more than one type are live: every copy ends with a full fence (spec §4.5).
-    MixedTypes = 2,
-}
-
-/// Sets (`on`) or clears the condition `why`. The handles' mirrors follow when the control lock
-/// is released ([`crate::registry::control`]); every caller holds it.
-pub(crate) fn set_general(why: Why, on: bool) {
-    if on {
-        GENERAL_ONLY.fetch_or(why as u8, Ordering::SeqCst);
-    } else {
-        GENERAL_ONLY.fetch_and(!(why as u8), Ordering::SeqCst);
-    }
-}
-
-/// Sets the condition `why` for good.
-pub(crate) fn require_general(why: Why) {
-    set_general(why, true);
-}
-
-/// Whether the condition `why` holds now.
-#[inline(always)]
-pub(crate) fn holds(why: Why) -> bool {
-    GENERAL_ONLY.load(Ordering::Relaxed) & why as u8 != 0
-}
-
-/// Whether copies may take the fast path at all (no [`Why`] holds).
-pub(crate) fn allowed() -> bool {
-    GENERAL_ONLY.load(Ordering::SeqCst) == 0
-}
-
-/// Offsets at the end of a mapping where an 8-byte access would not fit: the window limit of a
-/// mapping of `len` bytes is `len - SLACK`.
-const SLACK: usize = 7;
-
-/// The fast path's window limit for a mapping of `len` bytes: the number of offsets at which an
-/// access of up to 8 bytes fits. So one compare (`offset < limit`) settles every copy of 1-8
-/// bytes, and a limit of 0, the mirror's "no fast path", fails it for every offset. Copies that
-/// start in the last 7 bytes of a mapping take the general path.
-pub(crate) const fn window_limit(len: usize) -> usize {
-    len.saturating_sub(SLACK)
-}
+use crate::handles::registry::{FastWindow, Mirror, SLACK};
+use crate::handles::thread_words;
 
 /// The offset of `dev` in the window, if a copy of 1-8 bytes there lies inside the mapping.
 #[inline(always)]
@@ -129,7 +79,7 @@ pub(crate) unsafe fn copy<const TO: bool>(h: usize, a: usize, b: usize, n: usize
     } else if let Some(mirror) = Mirror::known_to(thread, h) {
         std::hint::cold_path();
         // SAFETY: `known_to` succeeds only while the thread has a line.
-        unsafe { crate::grace::word_of(thread.line.get()) }.store(h, Ordering::Release);
+        unsafe { thread.word() }.store(h, Ordering::Release);
         thread.named.set(h);
         mirror
     } else {
@@ -538,6 +488,7 @@ fn keep(h: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::handles::registry::window_limit;
 
     /// What the fast path accepts, as it tests it.
     fn accepts(addr: usize, len: usize, dev: usize, n: usize) -> bool {

@@ -1,6 +1,6 @@
 //! Removing a mapping that a copy in another thread may still be touching.
 //!
-//! After a mapping is retracted ([`crate::registry`]), [`crate::grace::retire`] says whether any
+//! After a mapping is retracted ([`super::registry`]), [`super::grace::retire`] says whether any
 //! thread's line still names its handle. Usually none does and the range is unmapped at once. If
 //! one does, that thread may be in the middle of a copy into the range, or may have finished its
 //! last copy through the handle long ago: the fast copy path leaves its announcement in place to
@@ -24,17 +24,8 @@ use std::sync::Mutex;
 
 use gpudirect_common::Result;
 
+use super::grace::{self, Exit};
 use crate::cpu_mapping::{self, CpuMapping};
-use crate::grace;
-
-/// How a retracted mapping leaves the address space.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Exit {
-    /// No copy can be touching it: unmap it now.
-    Now,
-    /// A line names this handle (key): park the range until none does.
-    Parked(usize),
-}
 
 struct Parked {
     key: usize,
