@@ -27,8 +27,7 @@
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicPtr, Ordering, compiler_fence};
 
-use crate::copy::select::SPAN_MAX;
-use crate::copy::{self, aligned, wc};
+use crate::copy::{self, Route, SHORT_MAX, aligned, wc};
 use crate::handles::registry::{FastWindow, Mirror, SLACK};
 use crate::handles::thread_words;
 
@@ -100,22 +99,30 @@ pub(crate) unsafe fn copy<const TO: bool>(h: usize, a: usize, b: usize, n: usize
             return unsafe { up_to_8::<TO>(h, a, b, dev, host, n) };
         }
         if rest_fits(w, off, n) {
+            // The dispatcher's engine choice (`copy::route`, which `wc::load_body` and
+            // `wc::store_body` match on too): below two lines the short copy even for one whole
+            // line, which costs no call.
+            let dir = if TO { copy::Direction::ToDevice } else { copy::Direction::FromDevice };
             // SAFETY: as above, for the whole range (and the size each helper takes).
-            // The same engine choice as the dispatcher's (`wc::load_body`, `wc::store_body`):
-            // below two lines the short copy even for one whole line, which costs no call.
             return unsafe {
-                if n < 16 {
-                    below_16::<TO>(h, a, b, n)
-                } else if n < wc::SHORT_MAX {
-                    if TO { short::<TO>(h, a, b, n) } else { SHORT_LOAD.jump(h, a, b, n) }
-                } else if wc::is_whole_lines(dev, n) {
-                    lines::<TO>(h, a, b, n)
-                } else if !TO && n < SPAN_MAX {
-                    SHORT_LOAD.jump(h, a, b, n)
-                } else if !TO {
-                    LONG_LOAD.jump(h, a, b, n)
-                } else {
-                    large::<TO>(h, a, b, n)
+                match copy::route(dir, dev, n) {
+                    Route::Small => below_16::<TO>(h, a, b, n),
+                    Route::Short => {
+                        if TO {
+                            short::<TO>(h, a, b, n)
+                        } else {
+                            SHORT_LOAD.jump(h, a, b, n)
+                        }
+                    }
+                    Route::Lines => lines::<TO>(h, a, b, n),
+                    Route::Span => SHORT_LOAD.jump(h, a, b, n),
+                    Route::Large => {
+                        if TO {
+                            large::<TO>(h, a, b, n)
+                        } else {
+                            LONG_LOAD.jump(h, a, b, n)
+                        }
+                    }
                 }
             };
         }
@@ -190,14 +197,14 @@ impl LoadSlot {
     }
 }
 
-/// Where the fast path's loads below [`SPAN_MAX`] bytes go, except those that are one aligned
-/// access and those of whole lines from [`wc::SHORT_MAX`] bytes (the loads the span load takes
+/// Where the fast path's loads below [`SPAN_MAX`](copy::kernel::SPAN_MAX) bytes go, except those that are one aligned
+/// access and those of whole lines from [`SHORT_MAX`] bytes (the loads the span load takes
 /// where the CPU has one): the span load (its entry taking the export's arguments), or
 /// [`short_load_chunks`] where the CPU has none. So such a load reaches its engine with one jump,
 /// without testing the selection on the way (three to five tests and a second jump before).
 static SHORT_LOAD: LoadSlot = LoadSlot::new(first_load::<false>);
 
-/// Where the fast path's loads from [`SPAN_MAX`] bytes that are not whole lines go: the whole-load
+/// Where the fast path's loads from [`SPAN_MAX`](copy::kernel::SPAN_MAX) bytes that are not whole lines go: the whole-load
 /// function where the CPU has AVX-512 VBMI (its entry taking the export's arguments), [`large`]
 /// elsewhere. Before, every such load went through [`large`] and its selection tests.
 static LONG_LOAD: LoadSlot = LoadSlot::new(first_load::<true>);
@@ -209,7 +216,7 @@ static LONG_LOAD: LoadSlot = LoadSlot::new(first_load::<true>);
 ///
 /// # Safety
 /// As [`small`], for a load the slot takes: `1 <= n < SPAN_MAX` and not whole lines from
-/// [`wc::SHORT_MAX`] bytes ([`SHORT_LOAD`]), or `n >= SPAN_MAX` and not whole lines ([`LONG_LOAD`]).
+/// [`SHORT_MAX`] bytes ([`SHORT_LOAD`]), or `n >= SPAN_MAX` and not whole lines ([`LONG_LOAD`]).
 #[inline(never)]
 unsafe extern "C" fn first_load<const LONG: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     let (slot, without_vbmi): (&LoadSlot, General) =
@@ -225,7 +232,7 @@ unsafe extern "C" fn first_load<const LONG: bool>(h: usize, a: usize, b: usize, 
 }
 
 /// A load that [`SHORT_LOAD`] takes where the CPU has no span load: [`small`] below 16 bytes,
-/// [`short`]'s chunks below [`wc::SHORT_MAX`], [`large`] from there.
+/// [`short`]'s chunks below [`SHORT_MAX`], [`large`] from there.
 ///
 /// # Safety
 /// As [`first_load`] for [`SHORT_LOAD`].
@@ -235,7 +242,7 @@ unsafe extern "C" fn short_load_chunks(h: usize, a: usize, b: usize, n: usize) -
     unsafe {
         if n < 16 {
             small::<FROM_MAPPING>(h, a, b, n)
-        } else if n < wc::SHORT_MAX {
+        } else if n < SHORT_MAX {
             short::<FROM_MAPPING>(h, a, b, n)
         } else {
             large::<FROM_MAPPING>(h, a, b, n)
@@ -321,13 +328,13 @@ unsafe extern "C" fn small_across(h: usize, a: usize, b: usize, n: usize) -> c_i
     )
 }
 
-/// A short copy (16 bytes up to [`wc::SHORT_MAX`]): 16-byte steps between exact or chunked ends,
+/// A short copy (16 bytes up to [`SHORT_MAX`]): 16-byte steps between exact or chunked ends,
 /// no call. Stores inline in the export (the compiler saves the register it needs on this path
 /// only, so the 1-8-byte copies still need none); loads in [`short_load_chunks`], where the CPU
 /// has no span load ([`SHORT_LOAD`] sends them to the span load where it has one).
 ///
 /// # Safety
-/// As [`small`], but `16 <= n < wc::SHORT_MAX`.
+/// As [`small`], but `16 <= n < SHORT_MAX`.
 #[inline(always)]
 unsafe fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     let Some(stream) = wc::chunk_streaming() else {
@@ -345,16 +352,16 @@ unsafe fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int
     )
 }
 
-/// [`small`] from [`wc::SHORT_MAX`] bytes up, not whole lines: the partial lines at the ends and
+/// [`small`] from [`SHORT_MAX`] bytes up, not whole lines: the partial lines at the ends and
 /// the line kernel between them (loads come here only where the CPU has no whole-load
 /// functions, through [`LONG_LOAD`] and [`short_load_chunks`]; if it has them, a jump to the
-/// span load below `select::SPAN_MAX` and to the whole-load function from there up; else
+/// span load below [`SPAN_MAX`](copy::kernel::SPAN_MAX) and to the whole-load function from there up; else
 /// `wc::load_lines_last`'s body here, ending in a jump to the line kernel's fenced twin; so the
 /// way from the export to the kernel is two jumps and the kernel returns to the caller), or the
 /// plan (stores).
 ///
 /// # Safety
-/// As [`small`], but `n >= wc::SHORT_MAX`.
+/// As [`small`], but `n >= SHORT_MAX`.
 #[inline(never)]
 unsafe extern "C" fn large<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     #[cfg(target_arch = "x86_64")]
@@ -418,7 +425,7 @@ unsafe fn planned<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_i
 /// on x86-64: two jumps, the second to the kernel's fenced twin).
 ///
 /// # Safety
-/// As [`large`], and [`wc::is_whole_lines`] holds.
+/// As [`large`], and [`copy::kernel::is_whole_lines`] holds.
 #[inline(never)]
 unsafe extern "C" fn lines<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     #[cfg(target_arch = "x86_64")]
@@ -428,7 +435,7 @@ unsafe extern "C" fn lines<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
             return unsafe { unselected::<TO>(h, a, b, n) };
         };
         keep(h);
-        // SAFETY: the line slot's contract is `wc::is_whole_lines` (as below); the fenced twin
+        // SAFETY: the line slot's contract is `copy::kernel::is_whole_lines` (as below); the fenced twin
         // fences and returns 0. A jump: the kernel returns to the caller.
         return unsafe { fenced(a as *mut u8, b as *const u8, n) };
     }
@@ -441,7 +448,7 @@ unsafe extern "C" fn lines<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
         a,
         b,
         // SAFETY: the line slot's contract (a 64-aligned device side, a multiple of 64 bytes) is
-        // `wc::is_whole_lines`; ranges as the caller promises. Kernels take (dst, src).
+        // `copy::kernel::is_whole_lines`; ranges as the caller promises. Kernels take (dst, src).
         |dev, host| unsafe { store(dev, host, n) },
         // SAFETY: as above.
         |host, dev| unsafe { load(host, dev, n) },

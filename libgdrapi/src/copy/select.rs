@@ -40,7 +40,7 @@
 //! The benchmark (`benches/copy_engines.rs`) times every kernel, so these choices can be
 //! revisited with measurements on a real BAR.
 
-use super::{Direction, Engine, FencedFn, KernelFn};
+use super::kernel::{Direction, Engine, ExportFn, FencedFn, KernelFn, SPAN_MAX};
 use std::sync::OnceLock;
 
 /// Kernels for the three slots of one direction.
@@ -88,17 +88,6 @@ pub(crate) struct WholeLoads {
     /// [`SPAN_MAX`] bytes.
     pub(crate) large_from_export: ExportFn,
 }
-
-/// A fenced load with the public copy call's arguments, `(handle, host, dev, n)` (the handle
-/// unused), returning 0: what the fast path jumps to with nothing to move.
-pub(crate) type ExportFn = unsafe extern "C" fn(usize, usize, usize, usize) -> core::ffi::c_int;
-
-/// Loads shorter than this go to the span load ([`WholeLoads::span`]) where it exists (unless they are one
-/// aligned access or lie in one 8-byte word). From here up the line kernels' aligned host stores
-/// and one-micro-op shuffles beat its two-line shuffles: on the development machine a 512-byte
-/// load at device +7, host +3 took 8.6 ns with it against 8.1 ns through [`WholeLoads::large`],
-/// and an aligned 1000-byte one 12.8 against 8.1; at 256 bytes it was 5.6 against 6.2.
-pub(crate) const SPAN_MAX: usize = 512;
 
 impl Selection {
     /// The span load ([`WholeLoads::span`]), where the CPU has it.

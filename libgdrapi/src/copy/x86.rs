@@ -36,19 +36,6 @@ pub(super) fn has_movdir64b() -> bool {
     max_leaf >= 7 && (ecx7 >> 28) & 1 == 1
 }
 
-/// x86 SFENCE: orders the weakly ordered non-temporal and MOVDIR64B stores before later stores.
-pub(super) fn sfence() {
-    // SAFETY: SFENCE is baseline SSE on x86-64, touches no memory operand and no flags; without
-    // `nomem` the asm block is also a compiler barrier, which is what a fence must be.
-    unsafe { asm!("sfence", options(nostack, preserves_flags)) }
-}
-
-/// x86 MFENCE: full barrier, used when mappings of several types coexist (spec §4.5).
-pub(super) fn mfence() {
-    // SAFETY: MFENCE is baseline SSE2 on x86-64 and has no operands; compiler barrier as above.
-    unsafe { asm!("mfence", options(nostack, preserves_flags)) }
-}
-
 /// One 16-byte non-temporal store to the device: MOVDQU from the host, MOVNTDQ to `dev`.
 ///
 /// # Safety
@@ -518,9 +505,9 @@ unsafe extern "C" fn load_lines_realigned<const FENCE: bool>(
 #[inline(always)]
 fn end_of<const FENCE: bool>() -> core::ffi::c_int {
     if FENCE {
-        sfence();
+        super::kernel::store_fence();
     }
-    super::opaque_zero()
+    super::kernel::opaque_zero()
 }
 
 /// The copying part of [`load_lines_realigned`] (a non-empty copy), and of [`load_large_vbmi`]'s
@@ -591,7 +578,7 @@ unsafe fn realign_lines(dst: *mut u8, src: *const u8, n: usize, after: usize) {
     }
 }
 
-/// A load of at least [`super::wc::SHORT_MAX`] bytes where the CPU has AVX-512 VBMI: each
+/// A load of at least [`super::kernel::SHORT_MAX`] bytes where the CPU has AVX-512 VBMI: each
 /// partial line at the ends is one 64-byte streaming load of its line, one rotation that puts the
 /// wanted bytes where they go, and one 64-byte host store; then the whole lines between them go
 /// to the line kernel: its realigning loop inlined here where their host side is not 32-aligned
@@ -697,7 +684,7 @@ pub(crate) unsafe extern "C" fn load_large_vbmi_from_export(
 /// bytes is one or two device reads, one shuffle and one store, with no saved register and no
 /// stack frame. From a few lines up the realigning kernels win (aligned host stores, one-micro-op
 /// shuffles: this one is three), so [`WholeLoads::span`](super::select::WholeLoads) is used
-/// below [`super::select::SPAN_MAX`] only.
+/// below [`super::kernel::SPAN_MAX`] only.
 ///
 /// A range inside one aligned 16-byte or 32-byte chunk (most loads below 16 bytes) is read with
 /// one xmm or ymm streaming load and shuffled with VPSHUFB or VPERMB ymm instead: the public copy
@@ -783,7 +770,7 @@ pub(crate) unsafe fn load_in_chunk_sse41(host: *mut u8, dev: *const u8, n: usize
                 x = out(xmm_reg) _, i = out(xmm_reg) _,
                 options(nostack, preserves_flags, readonly),
             );
-            super::wc::write_low_bytes(host, low, n);
+            super::kernel::write_low_bytes(host, low, n);
         } else {
             let high: u64;
             asm!(
