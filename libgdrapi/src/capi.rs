@@ -5,7 +5,7 @@
 //! `gdr_unmap` take only values the library validates itself, so they stay safe.
 //!
 //! Each function checks its pointers, makes one call (the control path in
-//! [`crate::handles::control`], the copies in [`fastcopy`] and [`copy_general`]), and converts the
+//! `crate::handles::control`, the copies in `fastcopy` and `copy_general`), and converts the
 //! result to upstream's convention (0 or a positive errno) inside [`boundary`], which also keeps
 //! panics from unwinding into C. Failure values per function are tabulated in
 //! docs/return-values.md.

@@ -140,9 +140,9 @@ pub(crate) unsafe fn copy<const TO: bool>(h: usize, a: usize, b: usize, n: usize
 #[inline(always)]
 unsafe fn up_to_8<const TO: bool>(h: usize, a: usize, b: usize, dev: usize, host: usize, n: usize) -> c_int {
     // One naturally aligned access of 1, 2, 4 or 8 bytes: one test of size and address together,
-    // then one bit test per width. 8 bytes is the straight line (no taken jump: those cost about
-    // 0.5 ns each on the H100 machine's CPU; three not-taken tests cost next to nothing), 1, 2
-    // and 4 bytes one taken jump each (a tree of two compares put 1 or 2 bytes two jumps away).
+    // then one bit test per width. 8 bytes is the straight line (no taken jump, which costs more
+    // than not-taken tests: docs/decisions/0001-fast-path-window.md), 1, 2 and 4 bytes one taken
+    // jump each (a tree of two compares put 1 or 2 bytes two jumps away).
     // Written in this order because the compiler lays the first arms of such a chain out of the
     // way and the last `else` straight on.
     if aligned::is_single_access(dev, n) {
@@ -197,16 +197,20 @@ impl LoadSlot {
     }
 }
 
-/// Where the fast path's loads below [`SPAN_MAX`](copy::kernel::SPAN_MAX) bytes go, except those that are one aligned
+/// Where the fast path's loads below [`SPAN_MAX`] bytes go, except those that are one aligned
 /// access and those of whole lines from [`SHORT_MAX`] bytes (the loads the span load takes
 /// where the CPU has one): the span load (its entry taking the export's arguments), or
 /// [`short_load_chunks`] where the CPU has none. So such a load reaches its engine with one jump,
 /// without testing the selection on the way (three to five tests and a second jump before).
+///
+/// [`SPAN_MAX`]: copy::kernel::SPAN_MAX
 static SHORT_LOAD: LoadSlot = LoadSlot::new(first_load::<false>);
 
-/// Where the fast path's loads from [`SPAN_MAX`](copy::kernel::SPAN_MAX) bytes that are not whole lines go: the whole-load
+/// Where the fast path's loads from [`SPAN_MAX`] bytes that are not whole lines go: the whole-load
 /// function where the CPU has AVX-512 VBMI (its entry taking the export's arguments), [`large`]
 /// elsewhere. Before, every such load went through [`large`] and its selection tests.
+///
+/// [`SPAN_MAX`]: copy::kernel::SPAN_MAX
 static LONG_LOAD: LoadSlot = LoadSlot::new(first_load::<true>);
 
 /// The first function of [`LONG_LOAD`] (`LONG`) or [`SHORT_LOAD`]: once the engine selection
@@ -355,13 +359,15 @@ unsafe fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int
 /// [`small`] from [`SHORT_MAX`] bytes up, not whole lines: the partial lines at the ends and
 /// the line kernel between them (loads come here only where the CPU has no whole-load
 /// functions, through [`LONG_LOAD`] and [`short_load_chunks`]; if it has them, a jump to the
-/// span load below [`SPAN_MAX`](copy::kernel::SPAN_MAX) and to the whole-load function from there up; else
+/// span load below [`SPAN_MAX`] and to the whole-load function from there up; else
 /// `wc::load_lines_last`'s body here, ending in a jump to the line kernel's fenced twin; so the
 /// way from the export to the kernel is two jumps and the kernel returns to the caller), or the
 /// plan (stores).
 ///
 /// # Safety
 /// As [`small`], but `n >= SHORT_MAX`.
+///
+/// [`SPAN_MAX`]: copy::kernel::SPAN_MAX
 #[inline(never)]
 unsafe extern "C" fn large<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     #[cfg(target_arch = "x86_64")]
@@ -480,7 +486,7 @@ fn copy_then_fence<const TO: bool>(
 /// unused handle included, so that the export reaches each with one conditional jump; were the
 /// parameter unused, the optimiser would drop it from these internal functions, and every way to
 /// a helper would need three register moves and a block of its own (one more taken jump for
-/// every copy of 16 bytes and up: 0.4-1.2 ns on the development machine).
+/// every copy of 16 bytes and up; docs/decisions/0001-fast-path-window.md).
 #[inline(always)]
 fn keep(h: usize) {
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]

@@ -13,10 +13,9 @@
 //!   line filled back to back by NT stores leaves the core as one 64-byte WC-buffer flush.
 //!   MOVDIR64B and zmm VMOVNTDQ are implemented and benchmarked but not selected:
 //!   - MOVDIR64B adds a guarantee `gdr_copy_to_mapping` does not promise (each 64-byte write
-//!     is never torn, even if an interrupt lands mid-line), and on a Sapphire/Emerald Rapids
-//!     class Xeon it cost the same as VMOVNTDQ up to 8 KiB but gave 10-45% less throughput from
-//!     16 KiB to 4 MiB. Device writes are bus-bound at a similar order of magnitude (upstream's
-//!     V100 figure is 9.6 GB/s), so that cost would show. Upstream 2.6 picks it when present.
+//!     is never torn, even if an interrupt lands mid-line), and measured less throughput than
+//!     VMOVNTDQ for large copies, at rates a device write could reach
+//!     (docs/decisions/0005-no-avx512-stores.md). Upstream 2.6 picks it when present.
 //!   - zmm VMOVNTDQ measures the same as VMOVNTDQ ymm, so 512-bit registers buy nothing, while
 //!     on Skylake-SP/Cascade Lake Xeons they can drop the core to a lower frequency licence for
 //!     a while after use: a cost that a library called for small copies by latency-sensitive
@@ -31,7 +30,8 @@
 //!   select AVX-512 either.
 //! - the one use of zmm: where the CPU has AVX-512 VBMI (which no CPU with the licence drop has),
 //!   the load `line` slot is AVX2 VMOVNTDQA with a realigning path for host sides that are not
-//!   32-aligned (`x86::load_lines_realigned`: split host stores made such loads 2-3x slower), a
+//!   32-aligned (`x86::load_lines_realigned`: split host stores made such loads several times
+//!   slower; docs/decisions/0006-vbmi-loads.md), a
 //!   whole load below [`SPAN_MAX`] bytes is one function ([`WholeLoads::span`]: one read per
 //!   device line, one two-line shuffle per 64 host bytes), and a larger one is one function
 //!   ([`WholeLoads::large`]) whose partial end lines are one zmm streaming load each.

@@ -22,7 +22,8 @@
 //! they point to, never the words), so they are plain cells.
 //!
 //! The block is reached with the initial-exec TLS model on x86-64 Linux (two instructions, no
-//! `__tls_get_addr`): `gpudirect_common::tls` says why and what it costs.
+//! `__tls_get_addr`): `gpudirect_common::tls` says why and what it costs
+//! (docs/decisions/0004-initial-exec-tls.md).
 
 use std::cell::Cell;
 use std::sync::atomic::AtomicUsize;
