@@ -1,29 +1,13 @@
-//! Grace periods for the copy path: how `gdr_unmap`, `gdr_unpin_buffer` and `gdr_close` know
-//! whether a copy in another thread may still touch a mapping they are about to remove.
+//! Grace periods for the copy path: steps 1, 3 and 4 of the handle-lifetime protocol
+//! ([`super`]), which let `gdr_unmap`, `gdr_unpin_buffer` and `gdr_close` know whether a copy in
+//! another thread may still touch a mapping they are about to remove.
 //!
-//! Why this scheme (asymmetric hazard announcements with `membarrier(2)`): a copy is the library's
-//! whole reason to exist and costs a few nanoseconds, so its path may take no lock, do no atomic
-//! read-modify-write on a shared cache line and make no call into the kernel. Unmapping is rare and
-//! costs a system call anyway. So the cost is moved to the unmapping side:
-//! - every copying thread owns one cache line ([`Reader`]), found through a thread-local pointer
-//!   ([`super::thread_words`], which holds the line's announcement word);
-//!   a copy stores the handle it works on there (a release store: everything the thread's earlier
-//!   copies did happens before it), reads the handle's state and copies. The fast path leaves the
-//!   handle there until the thread's next copy: one store per copy instead of two (the general
-//!   path still clears it, which costs it nothing that matters), and none when the line names
-//!   the handle already (only the owning thread writes its line, so the value in place is an
-//!   announcement it made before). Plain stores and loads of the thread's own line: nothing
-//!   shared is written;
-//! - a thread that retracts a mapping first marks it gone in the handle's state, then runs
-//!   `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, which makes every thread of the process pass a
-//!   full memory barrier, and then looks for lines naming the handle ([`retire`]). After the
-//!   barrier a copy either saw the mark (and gives up) or its announcement is visible; this is
-//!   the asymmetric Dekker pattern behind liburcu's membarrier flavour. A line that no longer
-//!   names the handle belongs to a thread that has moved on: its later store comes after its
-//!   accesses. A line that still names it may belong to a copy under way, or to a thread whose
-//!   last copy went through the handle long ago; the two look the same, so the writer never
-//!   waits for them: the mapping is parked instead ([`super::parking`]); [`retire`] says which
-//!   ([`Exit`]).
+//! Every copying thread owns one cache line ([`Reader`]), found through a thread-local pointer
+//! to its announcement word ([`super::thread_words`]). A copy stores the handle it works on there
+//! and reads the handle's state; only the owning thread writes its line, so a value in place is an
+//! announcement it made before, and nothing shared is written on the copy path. The retracting
+//! thread runs `membarrier` and looks at every line ([`retire`]), which answers with the way the
+//! mapping leaves ([`Exit`]).
 //!
 //! Where `membarrier` with private expedited commands is missing (kernels before 4.14, some
 //! sandboxes), readers issue a full fence after announcing themselves instead; decided once, at the
