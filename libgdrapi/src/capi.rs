@@ -4,10 +4,11 @@
 //! cannot call it by accident with a bad pointer); `gdr_open`, `gdr_close`, `gdr_unpin_buffer` and
 //! `gdr_unmap` take only values the library validates itself, so they stay safe.
 //!
-//! Each function checks its pointers, looks its `gdr_t`/`gdr_mh_t` up in the registry, calls the
-//! core, and converts the result to upstream's convention (0 or a positive errno) inside
-//! [`boundary`], which also keeps panics from unwinding into C. Failure values per function are
-//! tabulated in docs/return-values.md.
+//! Each function checks its pointers, makes one call (the control path in
+//! `crate::handles::control`, the copies in `fastcopy` and `copy_general`), and converts the
+//! result to upstream's convention (0 or a positive errno) inside [`boundary`], which also keeps
+//! panics from unwinding into C. Failure values per function are tabulated in
+//! docs/return-values.md.
 
 use std::ffi::{c_char, c_int, c_ulong, c_void};
 
@@ -16,10 +17,9 @@ use gpudirect_common::{Errno, Result};
 
 use crate::abi::{GdrInfoV1, GdrInfoV2, GdrMh, MappingType, set_info_bits};
 use crate::backend::PinRequest;
-use crate::core::{self, Direction, Instance};
+use crate::core::{self, Direction};
 use crate::fastcopy::{self, FROM_MAPPING, TO_MAPPING};
-use crate::parking::{self, Exit};
-use crate::registry::{self, Handle, Tables};
+use crate::handles::{control, parking, registry};
 
 /// Opaque `gdr_t` as C sees it.
 pub type GdrT = *mut c_void;
@@ -46,57 +46,19 @@ pub extern "C" fn gdr_open() -> GdrT {
     guard(
         std::ptr::null_mut(),
         |msg| gdr_err!("internal error in gdr_open: {msg}"),
-        || {
-            // Opening runs under the control lock too, so every lock the library takes (the dma-buf
-            // backend's CUDA state among them) is held only inside it: a fork then never leaves one
-            // locked in the child (see `registry::lock_across_fork`).
-            let mut t = registry::control();
-            let opened = Instance::open().and_then(|instance| t.add_instance(instance));
-            opened.map_or(std::ptr::null_mut(), |g| g as GdrT)
-        },
+        || control::open().map_or(std::ptr::null_mut(), |g| g as GdrT),
     )
-}
-
-/// Unpins one handle: hides its mapping from copies (parking it if one may be under way), then
-/// unpins. The handle is forgotten even when the driver reports an error, as the core does with
-/// the pin.
-fn unpin_one(t: &mut Tables, instance_key: usize, h: Handle) -> Result<()> {
-    let exit = t.retract_mapping(&h).map_or(Exit::Now, |(_, _, exit)| exit);
-    let result = t.instance(instance_key)?.unpin(&h.pin, exit);
-    parking::orphan(h.key());
-    t.remove_handle(h);
-    result
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn gdr_close(g: GdrT) -> c_int {
-    boundary("gdr_close", || {
-        let key = g as usize;
-        let mut t = registry::control();
-        for h in t.handles_of(key)? {
-            unpin_one(&mut t, key, h)?;
-        }
-        parking::reclaim();
-        // Dropping the instance closes the gdrdrv file (or releases CUDA).
-        drop(t.remove_instance(key)?);
-        Ok(())
-    })
+    boundary("gdr_close", || control::close(g as usize))
 }
 
 fn pin(g: GdrT, req: PinRequest, handle: *mut GdrMh) -> Result<()> {
     let handle = out(handle, "handle")?;
-    let mut t = registry::control();
-    let pin = t.instance(g as usize)?.pin(&req)?;
-    match t.add_handle(g as usize, pin.clone()) {
-        Ok(h) => {
-            handle.h = h as c_ulong;
-            Ok(())
-        }
-        Err(e) => {
-            let _ = t.instance(g as usize)?.unpin(&pin, Exit::Now);
-            Err(e)
-        }
-    }
+    handle.h = control::pin(g as usize, req)? as c_ulong;
+    Ok(())
 }
 
 /// # Safety
@@ -134,11 +96,7 @@ pub unsafe extern "C" fn gdr_pin_buffer_v2(
 
 #[unsafe(no_mangle)]
 pub extern "C" fn gdr_unpin_buffer(g: GdrT, handle: GdrMh) -> c_int {
-    boundary("gdr_unpin_buffer", || {
-        let mut t = registry::control();
-        let h = t.handle(g as usize, handle.h as usize)?;
-        unpin_one(&mut t, g as usize, h)
-    })
+    boundary("gdr_unpin_buffer", || control::unpin(g as usize, handle.h as usize))
 }
 
 /// # Safety
@@ -149,9 +107,7 @@ pub extern "C" fn gdr_unpin_buffer(g: GdrT, handle: GdrMh) -> c_int {
 pub unsafe extern "C" fn gdr_get_callback_flag(g: GdrT, handle: GdrMh, flag: *mut c_int) -> c_int {
     boundary("gdr_get_callback_flag", || {
         let flag = out(flag, "flag")?;
-        let t = registry::control();
-        let h = t.handle(g as usize, handle.h as usize)?;
-        *flag = c_int::from(t.instance(g as usize)?.callback_flag(&h.pin)?);
+        *flag = c_int::from(control::callback_flag(g as usize, handle.h as usize)?);
         Ok(())
     })
 }
@@ -164,9 +120,7 @@ pub unsafe extern "C" fn gdr_get_callback_flag(g: GdrT, handle: GdrMh, flag: *mu
 pub unsafe extern "C" fn gdr_get_info_v2(g: GdrT, handle: GdrMh, info: *mut GdrInfoV2) -> c_int {
     boundary("gdr_get_info_v2", || {
         let info = out(info, "info")?;
-        let t = registry::control();
-        let h = t.handle(g as usize, handle.h as usize)?;
-        let f = t.instance(g as usize)?.info(&h.pin)?;
+        let f = control::info(g as usize, handle.h as usize)?;
         info.va = f.va;
         info.mapped_size = f.mapped_size;
         info.page_size = f.page_size;
@@ -191,9 +145,7 @@ pub unsafe extern "C" fn gdr_get_info_v2(g: GdrT, handle: GdrMh, info: *mut GdrI
 pub unsafe extern "C" fn gdr_get_info(g: GdrT, handle: GdrMh, info: *mut GdrInfoV1) -> c_int {
     boundary("gdr_get_info", || {
         let info = out(info, "info")?;
-        let t = registry::control();
-        let h = t.handle(g as usize, handle.h as usize)?;
-        t.instance(g as usize)?.info_v1(&h.pin, info)
+        control::info_v1(g as usize, handle.h as usize, info)
     })
 }
 
@@ -211,20 +163,7 @@ pub unsafe extern "C" fn gdr_map_v2(
 ) -> c_int {
     boundary("gdr_map_v2", || {
         let va = out(ptr_va, "va")?;
-        let t = registry::control();
-        let h = t.handle(g as usize, handle.h as usize)?;
-        // A range parked by this handle's last unmap is taken again if the lengths agree.
-        let key = h.key();
-        let mut reuse = parking::take_for_remap(key);
-        let mapped = t.instance(g as usize).and_then(|i| i.map(&h.pin, size, flags, &mut reuse));
-        if let Some(r) = reuse {
-            parking::put_back(key, r);
-        }
-        let m = mapped?;
-        if let Some((m, ty)) = h.pin.mapping() {
-            t.publish_mapping(&h, m, ty);
-        }
-        *va = m.addr as *mut c_void;
+        *va = control::map(g as usize, handle.h as usize, size, flags)? as *mut c_void;
         Ok(())
     })
 }
@@ -241,20 +180,7 @@ pub unsafe extern "C" fn gdr_map(g: GdrT, handle: GdrMh, va: *mut *mut c_void, s
 
 #[unsafe(no_mangle)]
 pub extern "C" fn gdr_unmap(g: GdrT, handle: GdrMh, va: *mut c_void, size: usize) -> c_int {
-    boundary("gdr_unmap", || {
-        let t = registry::control();
-        let h = t.handle(g as usize, handle.h as usize)?;
-        let instance = t.instance(g as usize)?;
-        // Copies under way keep a range that is theirs (parked) until they are done; a refused
-        // unmap (wrong va or size) puts the mapping back for them.
-        let published = t.retract_mapping(&h);
-        let exit = published.map_or(Exit::Now, |(_, _, exit)| exit);
-        let result = instance.unmap(&h.pin, va as usize, size, exit);
-        if let (Err(_), Some((m, ty, _))) = (&result, published) {
-            t.publish_mapping(&h, m, ty);
-        }
-        result
-    })
+    boundary("gdr_unmap", || control::unmap(g as usize, handle.h as usize, va as usize, size))
 }
 
 /// The general path of both copy calls (see [`fastcopy`] for the fast one): any mapping type, the
@@ -295,14 +221,15 @@ unsafe extern "C" fn copy_general<const TO: bool>(h: usize, a: usize, b: usize, 
 /// fast path that silently stopped being taken would still copy correctly, only slower.
 #[doc(hidden)]
 pub fn fast_path_ready(handle: GdrMh) -> Option<bool> {
-    fastcopy::allowed().then(|| registry::Mirror::of(handle.h as usize).is_some_and(|m| m.fast_window().lim != 0))
+    crate::conditions::allowed()
+        .then(|| registry::Mirror::of(handle.h as usize).is_some_and(|m| m.fast_window().lim != 0))
 }
 
 /// How many unmapped ranges are parked because a copy may still have been using them
-/// ([`crate::parking`]). Not part of the C ABI; for tests.
+/// ([`parking`]). Not part of the C ABI; for tests.
 #[doc(hidden)]
 pub fn parked_mappings() -> usize {
-    crate::parking::parked_count()
+    parking::parked_count()
 }
 
 /// The copy path's refusals: the same call inside the guard, with the checks that say why.
@@ -405,7 +332,7 @@ pub unsafe extern "C" fn gdr_driver_get_version(g: GdrT, major: *mut c_int, mino
     boundary("gdr_driver_get_version", || {
         let major = out(major, "major")?;
         let minor = out(minor, "minor")?;
-        let (ma, mi) = registry::control().instance(g as usize)?.driver_version()?;
+        let (ma, mi) = control::driver_version(g as usize)?;
         *major = ma;
         *minor = mi;
         Ok(())
@@ -421,7 +348,7 @@ pub unsafe extern "C" fn gdr_get_attribute(g: GdrT, attr: c_int, v: *mut c_int) 
     boundary("gdr_get_attribute", || {
         let v = out(v, "v")?;
         *v = 0;
-        *v = registry::control().instance(g as usize)?.attribute(attr)?;
+        *v = control::attribute(g as usize, attr)?;
         Ok(())
     })
 }

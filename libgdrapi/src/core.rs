@@ -5,7 +5,8 @@
 //! touch the mapping ([`copy`], the Rust API's path), so an unmap or unpin in another thread waits
 //! for in-flight copies instead of pulling the mapping out from under them. The C ABI's copies
 //! take no lock: they announce themselves instead, and unmapping parks what they may still use
-//! (`grace.rs`, `parking.rs`); the control path passes that decision in as an [`Exit`].
+//! (`handles/`). The core knows nothing of that: whoever unmaps or unpins passes a disposer that
+//! takes the range away, and the core says only whether the range must go ([`Leave`]).
 
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -13,20 +14,34 @@ use gpudirect_common::{Errno, Result};
 
 use crate::abi::{self, GdrInfoV1, MappingType};
 use crate::backend::{self, Backend, PinBackend, PinFacts, PinRequest};
+use crate::conditions::{self, Why, count_mapping};
 use crate::copy::{self, MappingKind};
 use crate::cpu_mapping::{self, CpuMapping, HostPage};
-use crate::parking::{self, Exit};
 
-/// Process-wide count of live CPU mappings per type: with more than one type in use, copies end
-/// with a full fence instead of a store fence (spec §4.5). The counts change only on map and
-/// unmap; copies read the one derived condition, `fastcopy::Why::MixedTypes`.
-static LIVE_MAPPINGS: Mutex<[usize; 4]> = Mutex::new([0; 4]);
+/// What the core knows about a CPU mapping it is taking away: whether the range must leave the
+/// address space, or whether the kernel already took the memory out of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Leave {
+    /// Nothing removes the range but the caller: an unmap, or an unpin of a dma-buf mapping.
+    Remove,
+    /// The kernel (gdrdrv) zapped the mapping on unpin and left the range, whose later accesses
+    /// fault as upstream's do: it may stay.
+    MayStay,
+}
 
-fn count_mapping(t: MappingType, delta: isize) {
-    let mut counts = LIVE_MAPPINGS.lock().unwrap_or_else(|p| p.into_inner());
-    counts[t as usize] = counts[t as usize].saturating_add_signed(delta);
-    let mixed = counts.iter().skip(1).filter(|&&c| c > 0).count() > 1;
-    crate::fastcopy::set_general(crate::fastcopy::Why::MixedTypes, mixed);
+/// Takes a CPU mapping away, given what [`Leave`] says: unmaps it, leaves it, or parks it where a
+/// copy may still be using it (the C API's disposer, `handles::control`). Called under the pin's
+/// write lock, at the point where the mapping stops being the pin's.
+pub(crate) trait Dispose: FnOnce(CpuMapping, Leave) -> Result<()> {}
+impl<F: FnOnce(CpuMapping, Leave) -> Result<()>> Dispose for F {}
+
+/// The disposer of callers that no lock-free copy can race (the Rust API): unmaps a range that
+/// must leave, leaves one that may stay.
+pub(crate) fn unmap_now(m: CpuMapping, leave: Leave) -> Result<()> {
+    match leave {
+        Leave::Remove => cpu_mapping::unmap(m.addr, m.len),
+        Leave::MayStay => Ok(()),
+    }
 }
 
 /// A library instance (`gdr_t`).
@@ -154,7 +169,7 @@ pub(crate) unsafe fn copy_checked(t: MappingType, dir: Direction, mapped: usize,
             Direction::FromMapping => copy::copy_from_mapping(kind, host as *mut u8, mapped as *const u8, len),
         }
     }
-    if crate::fastcopy::holds(crate::fastcopy::Why::MixedTypes) {
+    if conditions::holds(Why::MixedTypes) {
         copy::full_fence();
     } else if t == MappingType::WriteCombined {
         copy::store_fence();
@@ -238,21 +253,20 @@ impl Instance {
         Ok(())
     }
 
-    /// Unpins (`gdr_unpin_buffer`); a live mapping leaves as `exit` says. The pin is forgotten
-    /// even if the driver reports an error.
-    pub(crate) fn unpin(&self, pin: &Arc<Pin>, exit: Exit) -> Result<()> {
+    /// Unpins (`gdr_unpin_buffer`); a live mapping goes to `dispose`. The pin is forgotten even if
+    /// the driver reports an error.
+    pub(crate) fn unpin(&self, pin: &Arc<Pin>, dispose: impl Dispose) -> Result<()> {
         self.take(pin)?;
         let mut state = pin.write_state();
         state.unpinned = true;
         // The kernel (gdrdrv) zaps a live mapping on unpin and leaves the range (later accesses
-        // fault, as upstream's do); dma-buf mappings we remove ourselves. A mapping a copy may
-        // still be using is parked first either way, so that copy never faults. Either way it no
-        // longer counts as a live mapping of its type.
+        // fault, as upstream's do); dma-buf mappings we remove ourselves. The disposer parks a
+        // mapping a copy may still be using either way, so that copy never faults. Either way it
+        // no longer counts as a live mapping of its type.
         if let Some((m, t)) = state.mapping.take() {
             count_mapping(t, -1);
-            if matches!(pin.backend, PinBackend::DmaBuf { .. }) || exit != Exit::Now {
-                let _ = parking::remove(m, exit);
-            }
+            let leave = if matches!(pin.backend, PinBackend::DmaBuf { .. }) { Leave::Remove } else { Leave::MayStay };
+            let _ = dispose(m, leave);
         }
         match (&self.backend, &pin.backend) {
             (Backend::Gdrdrv(d), PinBackend::Gdrdrv { handle }) => d.unpin(*handle),
@@ -261,8 +275,8 @@ impl Instance {
         }
     }
 
-    /// Maps a pinned buffer into the CPU (`gdr_map[_v2]`). `reuse` may hold this pin's parked
-    /// range ([`parking::take_for_remap`]); if it has the new mapping's length the mapping is
+    /// Maps a pinned buffer into the CPU (`gdr_map[_v2]`). `reuse` may hold a range at which this
+    /// pin's memory may be placed (the C API's parked range of this pin); if it has the new mapping's length the mapping is
     /// placed on it and it is taken; otherwise, or if mapping fails, it is left there, still
     /// anonymous, for the caller to put back.
     pub(crate) fn map(
@@ -331,9 +345,9 @@ impl Instance {
         Ok(m)
     }
 
-    /// Unmaps (`gdr_unmap`); the range leaves as `exit` says. We require the address and rounded
+    /// Unmaps (`gdr_unmap`); `dispose` takes the range away. We require the address and rounded
     /// length of the live mapping (upstream unmaps whatever range it is given).
-    pub(crate) fn unmap(&self, pin: &Arc<Pin>, va: usize, size: usize, exit: Exit) -> Result<()> {
+    pub(crate) fn unmap(&self, pin: &Arc<Pin>, va: usize, size: usize, dispose: impl Dispose) -> Result<()> {
         let mut state = pin.write_state();
         let Some((m, t)) = state.mapping else {
             gdr_err!("mh is not mapped yet");
@@ -343,7 +357,7 @@ impl Instance {
             gdr_err!("unmap of [{va:#x}, +{size:#x}) does not match the mapping [{:#x}, +{:#x})", m.addr, m.len);
             return Err(Errno::EINVAL);
         }
-        parking::remove(m, exit)?;
+        dispose(m, Leave::Remove)?;
         state.mapping = None;
         count_mapping(t, -1);
         Ok(())
@@ -406,11 +420,12 @@ impl Instance {
         }
     }
 
-    /// Unpins everything, most recent first (`gdr_close`); stops at the first failure.
-    pub fn unpin_all(&self) -> Result<()> {
+    /// Unpins everything, most recent first, each mapping going to `dispose`; stops at the first
+    /// failure.
+    pub(crate) fn unpin_all(&self, dispose: impl Fn(CpuMapping, Leave) -> Result<()>) -> Result<()> {
         loop {
             let Some(pin) = self.pins().last().cloned() else { return Ok(()) };
-            self.unpin(&pin, Exit::Now)?;
+            self.unpin(&pin, &dispose)?;
         }
     }
 

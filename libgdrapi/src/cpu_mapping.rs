@@ -24,7 +24,7 @@ impl CpuMapping {
 
 /// `mmap(at or NULL, len, PROT_READ|PROT_WRITE, MAP_SHARED[|MAP_FIXED], fd, offset)`. `at` is
 /// a range of `len` bytes this library holds as anonymous memory (a parked range,
-/// [`crate::parking`]): the new mapping replaces it in one step. If that fails the range is made
+/// [`crate::handles::parking`]): the new mapping replaces it in one step. If that fails the range is made
 /// anonymous again (a failed `MAP_FIXED` may have removed it), so it stays the caller's.
 pub fn map_shared(fd: BorrowedFd<'_>, len: usize, offset: u64, at: Option<usize>) -> Result<CpuMapping> {
     let off = libc::off_t::try_from(offset).map_err(|_| Errno::EINVAL)?;

@@ -6,11 +6,11 @@
 //!
 //! Why a separate path: the copy call is the library's reason to exist and its cost over the raw
 //! engine is what users see. This one is written to compile into a leaf: one compare of the
-//! handle with the one this thread's words name ([`crate::thread_words`]: a thread that copied
+//! handle with the one this thread's words name ([`crate::handles::thread_words`]: a thread that copied
 //! through the same handle last has it validated and announced already, so its copy needs no
 //! handle check and no store); otherwise, out of line, the handle check (one rotate and compare)
-//! and the announcement ([`crate::grace`]: one store, left in place after the copy, see
-//! [`crate::parking`] for why that is safe); then the window
+//! and the announcement ([`crate::handles`]: one store, left in place after the copy, which
+//! the handle-lifetime protocol makes safe); then the window
 //! check against the handle's fast-path mirror (whose length is 0 unless everything above
 //! holds, so it needs no test of its own), and either one naturally aligned access plus the
 //! fence, a short store (16-127 bytes) inline, a jump through a load slot (`LoadSlot`: the span
@@ -20,67 +20,16 @@
 //! tests/fast_path_shape.rs checks the 8-byte straight line in the built library); every way out
 //! that is not the fast copy is a tail call with the caller's own arguments.
 //!
-//! The process-wide conditions that forbid the fast path ([`Why`]) are kept here, one bit each,
-//! the one record of them: the registry reads them when it sets the handles' mirrors (so the fast
-//! path never does), the general path for its fence, and `grace` for how readers synchronise.
+//! The process-wide conditions that forbid the fast path are in [`crate::conditions`]: the
+//! registry reads them when it sets the handles' mirrors (whose format it owns), so the fast
+//! path never does.
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering, compiler_fence};
+use std::sync::atomic::{AtomicPtr, Ordering, compiler_fence};
 
-use crate::copy::select::SPAN_MAX;
-use crate::copy::{self, aligned, wc};
-use crate::registry::{FastWindow, Mirror};
-use crate::thread_words;
-
-/// Process-wide conditions under which copies must take the general path, one bit each.
-static GENERAL_ONLY: AtomicU8 = AtomicU8::new(0);
-
-/// Why copies must take the general path.
-#[derive(Clone, Copy)]
-pub(crate) enum Why {
-    /// `membarrier` is unavailable: copies fence after announcing themselves ([`crate::grace`]).
-    FencedReaders = 1,
-    /// Mappings of more than one type are live: every copy ends with a full fence (spec §4.5).
-    MixedTypes = 2,
-}
-
-/// Sets (`on`) or clears the condition `why`. The handles' mirrors follow when the control lock
-/// is released ([`crate::registry::control`]); every caller holds it.
-pub(crate) fn set_general(why: Why, on: bool) {
-    if on {
-        GENERAL_ONLY.fetch_or(why as u8, Ordering::SeqCst);
-    } else {
-        GENERAL_ONLY.fetch_and(!(why as u8), Ordering::SeqCst);
-    }
-}
-
-/// Sets the condition `why` for good.
-pub(crate) fn require_general(why: Why) {
-    set_general(why, true);
-}
-
-/// Whether the condition `why` holds now.
-#[inline(always)]
-pub(crate) fn holds(why: Why) -> bool {
-    GENERAL_ONLY.load(Ordering::Relaxed) & why as u8 != 0
-}
-
-/// Whether copies may take the fast path at all (no [`Why`] holds).
-pub(crate) fn allowed() -> bool {
-    GENERAL_ONLY.load(Ordering::SeqCst) == 0
-}
-
-/// Offsets at the end of a mapping where an 8-byte access would not fit: the window limit of a
-/// mapping of `len` bytes is `len - SLACK`.
-const SLACK: usize = 7;
-
-/// The fast path's window limit for a mapping of `len` bytes: the number of offsets at which an
-/// access of up to 8 bytes fits. So one compare (`offset < limit`) settles every copy of 1-8
-/// bytes, and a limit of 0, the mirror's "no fast path", fails it for every offset. Copies that
-/// start in the last 7 bytes of a mapping take the general path.
-pub(crate) const fn window_limit(len: usize) -> usize {
-    len.saturating_sub(SLACK)
-}
+use crate::copy::{self, Route, SHORT_MAX, aligned, wc};
+use crate::handles::registry::{FastWindow, Mirror, SLACK};
+use crate::handles::thread_words;
 
 /// The offset of `dev` in the window, if a copy of 1-8 bytes there lies inside the mapping.
 #[inline(always)]
@@ -129,7 +78,7 @@ pub(crate) unsafe fn copy<const TO: bool>(h: usize, a: usize, b: usize, n: usize
     } else if let Some(mirror) = Mirror::known_to(thread, h) {
         std::hint::cold_path();
         // SAFETY: `known_to` succeeds only while the thread has a line.
-        unsafe { crate::grace::word_of(thread.line.get()) }.store(h, Ordering::Release);
+        unsafe { thread.word() }.store(h, Ordering::Release);
         thread.named.set(h);
         mirror
     } else {
@@ -150,22 +99,30 @@ pub(crate) unsafe fn copy<const TO: bool>(h: usize, a: usize, b: usize, n: usize
             return unsafe { up_to_8::<TO>(h, a, b, dev, host, n) };
         }
         if rest_fits(w, off, n) {
+            // The dispatcher's engine choice (`copy::route`, which `wc::load_body` and
+            // `wc::store_body` match on too): below two lines the short copy even for one whole
+            // line, which costs no call.
+            let dir = if TO { copy::Direction::ToDevice } else { copy::Direction::FromDevice };
             // SAFETY: as above, for the whole range (and the size each helper takes).
-            // The same engine choice as the dispatcher's (`wc::load_body`, `wc::store_body`):
-            // below two lines the short copy even for one whole line, which costs no call.
             return unsafe {
-                if n < 16 {
-                    below_16::<TO>(h, a, b, n)
-                } else if n < wc::SHORT_MAX {
-                    if TO { short::<TO>(h, a, b, n) } else { SHORT_LOAD.jump(h, a, b, n) }
-                } else if wc::is_whole_lines(dev, n) {
-                    lines::<TO>(h, a, b, n)
-                } else if !TO && n < SPAN_MAX {
-                    SHORT_LOAD.jump(h, a, b, n)
-                } else if !TO {
-                    LONG_LOAD.jump(h, a, b, n)
-                } else {
-                    large::<TO>(h, a, b, n)
+                match copy::route(dir, dev, n) {
+                    Route::Small => below_16::<TO>(h, a, b, n),
+                    Route::Short => {
+                        if TO {
+                            short::<TO>(h, a, b, n)
+                        } else {
+                            SHORT_LOAD.jump(h, a, b, n)
+                        }
+                    }
+                    Route::Lines => lines::<TO>(h, a, b, n),
+                    Route::Span => SHORT_LOAD.jump(h, a, b, n),
+                    Route::Large => {
+                        if TO {
+                            large::<TO>(h, a, b, n)
+                        } else {
+                            LONG_LOAD.jump(h, a, b, n)
+                        }
+                    }
                 }
             };
         }
@@ -183,9 +140,9 @@ pub(crate) unsafe fn copy<const TO: bool>(h: usize, a: usize, b: usize, n: usize
 #[inline(always)]
 unsafe fn up_to_8<const TO: bool>(h: usize, a: usize, b: usize, dev: usize, host: usize, n: usize) -> c_int {
     // One naturally aligned access of 1, 2, 4 or 8 bytes: one test of size and address together,
-    // then one bit test per width. 8 bytes is the straight line (no taken jump: those cost about
-    // 0.5 ns each on the H100 machine's CPU; three not-taken tests cost next to nothing), 1, 2
-    // and 4 bytes one taken jump each (a tree of two compares put 1 or 2 bytes two jumps away).
+    // then one bit test per width. 8 bytes is the straight line (no taken jump, which costs more
+    // than not-taken tests: docs/decisions/0001-fast-path-window.md), 1, 2 and 4 bytes one taken
+    // jump each (a tree of two compares put 1 or 2 bytes two jumps away).
     // Written in this order because the compiler lays the first arms of such a chain out of the
     // way and the last `else` straight on.
     if aligned::is_single_access(dev, n) {
@@ -241,15 +198,19 @@ impl LoadSlot {
 }
 
 /// Where the fast path's loads below [`SPAN_MAX`] bytes go, except those that are one aligned
-/// access and those of whole lines from [`wc::SHORT_MAX`] bytes (the loads the span load takes
+/// access and those of whole lines from [`SHORT_MAX`] bytes (the loads the span load takes
 /// where the CPU has one): the span load (its entry taking the export's arguments), or
 /// [`short_load_chunks`] where the CPU has none. So such a load reaches its engine with one jump,
 /// without testing the selection on the way (three to five tests and a second jump before).
+///
+/// [`SPAN_MAX`]: copy::kernel::SPAN_MAX
 static SHORT_LOAD: LoadSlot = LoadSlot::new(first_load::<false>);
 
 /// Where the fast path's loads from [`SPAN_MAX`] bytes that are not whole lines go: the whole-load
 /// function where the CPU has AVX-512 VBMI (its entry taking the export's arguments), [`large`]
 /// elsewhere. Before, every such load went through [`large`] and its selection tests.
+///
+/// [`SPAN_MAX`]: copy::kernel::SPAN_MAX
 static LONG_LOAD: LoadSlot = LoadSlot::new(first_load::<true>);
 
 /// The first function of [`LONG_LOAD`] (`LONG`) or [`SHORT_LOAD`]: once the engine selection
@@ -259,7 +220,7 @@ static LONG_LOAD: LoadSlot = LoadSlot::new(first_load::<true>);
 ///
 /// # Safety
 /// As [`small`], for a load the slot takes: `1 <= n < SPAN_MAX` and not whole lines from
-/// [`wc::SHORT_MAX`] bytes ([`SHORT_LOAD`]), or `n >= SPAN_MAX` and not whole lines ([`LONG_LOAD`]).
+/// [`SHORT_MAX`] bytes ([`SHORT_LOAD`]), or `n >= SPAN_MAX` and not whole lines ([`LONG_LOAD`]).
 #[inline(never)]
 unsafe extern "C" fn first_load<const LONG: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     let (slot, without_vbmi): (&LoadSlot, General) =
@@ -275,7 +236,7 @@ unsafe extern "C" fn first_load<const LONG: bool>(h: usize, a: usize, b: usize, 
 }
 
 /// A load that [`SHORT_LOAD`] takes where the CPU has no span load: [`small`] below 16 bytes,
-/// [`short`]'s chunks below [`wc::SHORT_MAX`], [`large`] from there.
+/// [`short`]'s chunks below [`SHORT_MAX`], [`large`] from there.
 ///
 /// # Safety
 /// As [`first_load`] for [`SHORT_LOAD`].
@@ -285,7 +246,7 @@ unsafe extern "C" fn short_load_chunks(h: usize, a: usize, b: usize, n: usize) -
     unsafe {
         if n < 16 {
             small::<FROM_MAPPING>(h, a, b, n)
-        } else if n < wc::SHORT_MAX {
+        } else if n < SHORT_MAX {
             short::<FROM_MAPPING>(h, a, b, n)
         } else {
             large::<FROM_MAPPING>(h, a, b, n)
@@ -371,13 +332,13 @@ unsafe extern "C" fn small_across(h: usize, a: usize, b: usize, n: usize) -> c_i
     )
 }
 
-/// A short copy (16 bytes up to [`wc::SHORT_MAX`]): 16-byte steps between exact or chunked ends,
+/// A short copy (16 bytes up to [`SHORT_MAX`]): 16-byte steps between exact or chunked ends,
 /// no call. Stores inline in the export (the compiler saves the register it needs on this path
 /// only, so the 1-8-byte copies still need none); loads in [`short_load_chunks`], where the CPU
 /// has no span load ([`SHORT_LOAD`] sends them to the span load where it has one).
 ///
 /// # Safety
-/// As [`small`], but `16 <= n < wc::SHORT_MAX`.
+/// As [`small`], but `16 <= n < SHORT_MAX`.
 #[inline(always)]
 unsafe fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     let Some(stream) = wc::chunk_streaming() else {
@@ -395,16 +356,18 @@ unsafe fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int
     )
 }
 
-/// [`small`] from [`wc::SHORT_MAX`] bytes up, not whole lines: the partial lines at the ends and
+/// [`small`] from [`SHORT_MAX`] bytes up, not whole lines: the partial lines at the ends and
 /// the line kernel between them (loads come here only where the CPU has no whole-load
 /// functions, through [`LONG_LOAD`] and [`short_load_chunks`]; if it has them, a jump to the
-/// span load below `select::SPAN_MAX` and to the whole-load function from there up; else
+/// span load below [`SPAN_MAX`] and to the whole-load function from there up; else
 /// `wc::load_lines_last`'s body here, ending in a jump to the line kernel's fenced twin; so the
 /// way from the export to the kernel is two jumps and the kernel returns to the caller), or the
 /// plan (stores).
 ///
 /// # Safety
-/// As [`small`], but `n >= wc::SHORT_MAX`.
+/// As [`small`], but `n >= SHORT_MAX`.
+///
+/// [`SPAN_MAX`]: copy::kernel::SPAN_MAX
 #[inline(never)]
 unsafe extern "C" fn large<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     #[cfg(target_arch = "x86_64")]
@@ -468,7 +431,7 @@ unsafe fn planned<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_i
 /// on x86-64: two jumps, the second to the kernel's fenced twin).
 ///
 /// # Safety
-/// As [`large`], and [`wc::is_whole_lines`] holds.
+/// As [`large`], and [`copy::kernel::is_whole_lines`] holds.
 #[inline(never)]
 unsafe extern "C" fn lines<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
     #[cfg(target_arch = "x86_64")]
@@ -478,7 +441,7 @@ unsafe extern "C" fn lines<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
             return unsafe { unselected::<TO>(h, a, b, n) };
         };
         keep(h);
-        // SAFETY: the line slot's contract is `wc::is_whole_lines` (as below); the fenced twin
+        // SAFETY: the line slot's contract is `copy::kernel::is_whole_lines` (as below); the fenced twin
         // fences and returns 0. A jump: the kernel returns to the caller.
         return unsafe { fenced(a as *mut u8, b as *const u8, n) };
     }
@@ -491,7 +454,7 @@ unsafe extern "C" fn lines<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
         a,
         b,
         // SAFETY: the line slot's contract (a 64-aligned device side, a multiple of 64 bytes) is
-        // `wc::is_whole_lines`; ranges as the caller promises. Kernels take (dst, src).
+        // `copy::kernel::is_whole_lines`; ranges as the caller promises. Kernels take (dst, src).
         |dev, host| unsafe { store(dev, host, n) },
         // SAFETY: as above.
         |host, dev| unsafe { load(host, dev, n) },
@@ -523,7 +486,7 @@ fn copy_then_fence<const TO: bool>(
 /// unused handle included, so that the export reaches each with one conditional jump; were the
 /// parameter unused, the optimiser would drop it from these internal functions, and every way to
 /// a helper would need three register moves and a block of its own (one more taken jump for
-/// every copy of 16 bytes and up: 0.4-1.2 ns on the development machine).
+/// every copy of 16 bytes and up; docs/decisions/0001-fast-path-window.md).
 #[inline(always)]
 fn keep(h: usize) {
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -538,6 +501,7 @@ fn keep(h: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::handles::registry::window_limit;
 
     /// What the fast path accepts, as it tests it.
     fn accepts(addr: usize, len: usize, dev: usize, n: usize) -> bool {

@@ -19,7 +19,6 @@ use crate::abi::{GDR_MAP_FLAG_DEFAULT, MappingType};
 use crate::backend::{PinFacts, PinRequest};
 use crate::core::{self, Direction, Instance, Pin};
 use crate::cpu_mapping::CpuMapping;
-use crate::parking::Exit;
 
 /// An open library instance; unpins what is still pinned when dropped.
 pub struct Gdr {
@@ -73,7 +72,7 @@ impl Gdr {
 
 impl Drop for Gdr {
     fn drop(&mut self) {
-        let _ = self.inner.unpin_all();
+        let _ = self.inner.unpin_all(core::unmap_now);
     }
 }
 
@@ -110,7 +109,7 @@ impl PinnedBuffer<'_> {
 impl Drop for PinnedBuffer<'_> {
     fn drop(&mut self) {
         if self.gdr.inner.owns(&self.pin) {
-            let _ = self.gdr.inner.unpin(&self.pin, Exit::Now);
+            let _ = self.gdr.inner.unpin(&self.pin, core::unmap_now);
         }
     }
 }
@@ -166,6 +165,6 @@ impl Mapping<'_> {
 
 impl Drop for Mapping<'_> {
     fn drop(&mut self) {
-        let _ = self.buf.gdr.inner.unmap(&self.buf.pin, self.m.addr, self.size, Exit::Now);
+        let _ = self.buf.gdr.inner.unmap(&self.buf.pin, self.m.addr, self.size, core::unmap_now);
     }
 }

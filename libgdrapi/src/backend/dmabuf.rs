@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, Weak};
 use gpudirect_common::cuda::{self, CuResult, Driver};
 use gpudirect_common::{Errno, Result};
 
-use super::{PinFacts, PinRequest};
+use super::pin::{PinFacts, PinRequest};
 use crate::abi::{GDR_PIN_FLAG_FORCE_PCIE, MappingType};
 use crate::cpu_mapping::{self, CpuMapping, HostPage};
 

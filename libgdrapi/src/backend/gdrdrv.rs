@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use gpudirect_common::{Errno, Result};
 
 use super::gdrdrv_abi::*;
-use super::{PinFacts, PinRequest};
+use super::pin::{PinFacts, PinRequest};
 use crate::abi::{GDR_API_VERSION, GdrInfoV1, MINIMUM_GDRDRV_VERSION, MappingType, set_info_bits};
 use crate::cpu_mapping::{self, CpuMapping, HostPage};
 

@@ -10,18 +10,6 @@
 use core::arch::aarch64::uint8x16_t;
 use core::arch::asm;
 
-/// DMB ST: orders earlier stores before later stores.
-pub(super) fn dmb_st() {
-    // SAFETY: a barrier instruction with no operands; no `nomem`, so also a compiler barrier.
-    unsafe { asm!("dmb st", options(nostack, preserves_flags)) }
-}
-
-/// DMB SY: full system barrier.
-pub(super) fn dmb_sy() {
-    // SAFETY: as above.
-    unsafe { asm!("dmb sy", options(nostack, preserves_flags)) }
-}
-
 /// Generates one NEON copy kernel: `fn(dst, src, n)` copying `n` bytes in 16-byte `q` vectors,
 /// four per 64-byte line with the line's loads issued before its stores. `store` kernels treat
 /// `dst` as the device side, `load` kernels `src`; `load` and `store` name the pointer methods

@@ -13,10 +13,9 @@
 //!   line filled back to back by NT stores leaves the core as one 64-byte WC-buffer flush.
 //!   MOVDIR64B and zmm VMOVNTDQ are implemented and benchmarked but not selected:
 //!   - MOVDIR64B adds a guarantee `gdr_copy_to_mapping` does not promise (each 64-byte write
-//!     is never torn, even if an interrupt lands mid-line), and on a Sapphire/Emerald Rapids
-//!     class Xeon it cost the same as VMOVNTDQ up to 8 KiB but gave 10-45% less throughput from
-//!     16 KiB to 4 MiB. Device writes are bus-bound at a similar order of magnitude (upstream's
-//!     V100 figure is 9.6 GB/s), so that cost would show. Upstream 2.6 picks it when present.
+//!     is never torn, even if an interrupt lands mid-line), and measured less throughput than
+//!     VMOVNTDQ for large copies, at rates a device write could reach
+//!     (docs/decisions/0005-no-avx512-stores.md). Upstream 2.6 picks it when present.
 //!   - zmm VMOVNTDQ measures the same as VMOVNTDQ ymm, so 512-bit registers buy nothing, while
 //!     on Skylake-SP/Cascade Lake Xeons they can drop the core to a lower frequency licence for
 //!     a while after use: a cost that a library called for small copies by latency-sensitive
@@ -31,7 +30,8 @@
 //!   select AVX-512 either.
 //! - the one use of zmm: where the CPU has AVX-512 VBMI (which no CPU with the licence drop has),
 //!   the load `line` slot is AVX2 VMOVNTDQA with a realigning path for host sides that are not
-//!   32-aligned (`x86::load_lines_realigned`: split host stores made such loads 2-3x slower), a
+//!   32-aligned (`x86::load_lines_realigned`: split host stores made such loads several times
+//!   slower; docs/decisions/0006-vbmi-loads.md), a
 //!   whole load below [`SPAN_MAX`] bytes is one function ([`WholeLoads::span`]: one read per
 //!   device line, one two-line shuffle per 64 host bytes), and a larger one is one function
 //!   ([`WholeLoads::large`]) whose partial end lines are one zmm streaming load each.
@@ -40,7 +40,7 @@
 //! The benchmark (`benches/copy_engines.rs`) times every kernel, so these choices can be
 //! revisited with measurements on a real BAR.
 
-use super::{Direction, Engine, FencedFn, KernelFn};
+use super::kernel::{Direction, Engine, ExportFn, FencedFn, KernelFn, SPAN_MAX};
 use std::sync::OnceLock;
 
 /// Kernels for the three slots of one direction.
@@ -88,17 +88,6 @@ pub(crate) struct WholeLoads {
     /// [`SPAN_MAX`] bytes.
     pub(crate) large_from_export: ExportFn,
 }
-
-/// A fenced load with the public copy call's arguments, `(handle, host, dev, n)` (the handle
-/// unused), returning 0: what the fast path jumps to with nothing to move.
-pub(crate) type ExportFn = unsafe extern "C" fn(usize, usize, usize, usize) -> core::ffi::c_int;
-
-/// Loads shorter than this go to the span load ([`WholeLoads::span`]) where it exists (unless they are one
-/// aligned access or lie in one 8-byte word). From here up the line kernels' aligned host stores
-/// and one-micro-op shuffles beat its two-line shuffles: on the development machine a 512-byte
-/// load at device +7, host +3 took 8.6 ns with it against 8.1 ns through [`WholeLoads::large`],
-/// and an aligned 1000-byte one 12.8 against 8.1; at 256 bytes it was 5.6 against 6.2.
-pub(crate) const SPAN_MAX: usize = 512;
 
 impl Selection {
     /// The span load ([`WholeLoads::span`]), where the CPU has it.

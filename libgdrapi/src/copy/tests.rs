@@ -2,6 +2,8 @@
 //! guard bytes around the destination. Ordinary memory stands in for the BAR: what is checked is
 //! the data and the access plan, not PCIe behaviour.
 
+use super::kernel::{ExportFn, FencedFn};
+use super::plan::{Op, plan_wc};
 use super::*;
 
 /// xorshift64* — small, deterministic, no dependency.
@@ -221,7 +223,7 @@ fn copy_every_engine_exhaustive_and_random() {
 fn the_fenced_line_loads_copy_as_their_kernels_and_return_zero() {
     use super::x86;
     assert!(super::select::get().load_line_fenced.is_some(), "x86-64 selects a fenced line load");
-    let mut twins: Vec<(&str, super::FencedFn)> = vec![("SSE2", x86::load_sse2_fenced)];
+    let mut twins: Vec<(&str, FencedFn)> = vec![("SSE2", x86::load_sse2_fenced)];
     if std::arch::is_x86_feature_detected!("sse4.1") {
         twins.push(("SSE4.1", x86::load_sse41_fenced));
     }
@@ -296,10 +298,7 @@ fn whole_loads_or_skip(test: &str) -> Option<super::select::WholeLoads> {
 /// by length (the dispatcher's, the fenced one, the one with the public copy call's arguments),
 /// each of which must return 0.
 #[cfg(target_arch = "x86_64")]
-fn taking_turns(
-    entries: super::select::WholeLoad,
-    from_export: super::select::ExportFn,
-) -> impl FnMut(*mut u8, *const u8, usize) {
+fn taking_turns(entries: super::select::WholeLoad, from_export: ExportFn) -> impl FnMut(*mut u8, *const u8, usize) {
     move |d, s, n| {
         // SAFETY: the harness's own disjoint buffers, n at least what the function takes (each
         // test's lengths); selected, so the CPU has what it needs.

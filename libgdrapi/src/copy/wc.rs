@@ -6,7 +6,7 @@
 //! own, so that callers (the public `gdr_copy_*` path above all) stay small enough to need no
 //! saved registers on their fast path.
 //!
-//! Stores follow [`super::plan_wc`]: edge stores for the head and tail ([`super::edges`]: at most
+//! Stores follow [`super::plan::plan_wc`]: edge stores for the head and tail ([`super::edges`]: at most
 //! two, overlapping, on x86-64; the aligned helper elsewhere), SIMD kernels for the 16-byte
 //! aligned middle; short copies ([`SHORT_MAX`]) do the middle inline, 16 bytes at a
 //! time, without the plan. A store may never touch a byte outside the range: the GPU may own the
@@ -19,15 +19,21 @@
 //! uncached read is a PCIe round trip: a misaligned or odd-sized load costs at most two extra
 //! 16-byte reads (one per end) where the helper needed up to eight 1-8-byte reads, and an odd
 //! size under 16 bytes costs one or two reads instead of up to four. Where the CPU has AVX-512
-//! VBMI, every load below [`select::SPAN_MAX`] bytes that is not one access or one 8-byte word
+//! VBMI, every load below [`SPAN_MAX`](super::kernel::SPAN_MAX) bytes that is not one access or one 8-byte word
 //! goes to the span load instead (`x86::load_span_vbmi`: the same rule, one aligned read per
 //! 16/32-byte chunk or 64-byte line holding a byte of the range), and larger ones that are not
 //! whole lines to the whole-load function (`x86::load_large_vbmi`).
 
+#[cfg(not(target_arch = "x86_64"))]
+use super::kernel::small_copy;
+use super::kernel::{Direction, KernelFn, write_low_bytes};
+#[cfg(target_arch = "x86_64")]
+use super::kernel::{SHORT_MAX, is_whole_lines};
+use super::plan::{Route, route, run_plan};
 use super::select::{self, Selection};
 #[cfg(target_arch = "x86_64")]
 use super::x86;
-use super::{Direction, KernelFn, aligned, edges, run_plan};
+use super::{aligned, edges};
 
 /// Host -> write-combined mapping. Does not fence.
 ///
@@ -77,23 +83,15 @@ pub(crate) unsafe fn store_general(dev: *mut u8, host: *const u8, n: usize) {
 /// As [`store`].
 #[inline(always)]
 pub(crate) unsafe fn store_body(dev: *mut u8, host: *const u8, n: usize) {
-    // SAFETY: forwarded contract.
+    // SAFETY: forwarded contract, with the size each one takes.
     unsafe {
-        if n < 16 {
-            edges::to_device(dev, host, n);
-        } else if n < SHORT_MAX {
-            store_short(dev, host, n);
-        } else {
-            store_large(dev, host, n);
+        match route(Direction::ToDevice, dev.addr(), n) {
+            Route::Small => edges::to_device(dev, host, n),
+            Route::Short => store_short(dev, host, n),
+            Route::Lines | Route::Span | Route::Large => store_large(dev, host, n),
         }
     }
 }
-
-/// Copies from 16 bytes up to this size (exclusive) are "short": done inline, 16 bytes at a time
-/// between the ends, with no kernel call. Below two lines a call (and the registers it makes the
-/// caller save) costs more than the SIMD width saves; every 16-byte piece is still a
-/// non-temporal store (stores) or a streaming load (loads), so the write-combining rules hold.
-pub(crate) const SHORT_MAX: usize = 128;
 
 /// A short store ([`SHORT_MAX`]), out of line for [`store_body`].
 ///
@@ -176,15 +174,15 @@ pub(crate) unsafe fn load_general(host: *mut u8, dev: *const u8, n: usize) {
 /// As [`load`].
 #[inline(always)]
 pub(crate) unsafe fn load_body(host: *mut u8, dev: *const u8, n: usize) {
-    // SAFETY: forwarded contract.
+    if n == 0 {
+        return;
+    }
+    // SAFETY: forwarded contract, with the size each one takes.
     unsafe {
-        if n == 0 {
-        } else if n < 16 {
-            load_small(host, dev, n);
-        } else if n < SHORT_MAX {
-            load_short(host, dev, n);
-        } else {
-            load_large(host, dev, n);
+        match route(Direction::FromDevice, dev.addr(), n) {
+            Route::Small => load_small(host, dev, n),
+            Route::Short => load_short(host, dev, n),
+            Route::Lines | Route::Span | Route::Large => load_large(host, dev, n),
         }
     }
 }
@@ -484,40 +482,10 @@ unsafe fn load_chunks(stream: bool, host: *mut u8, dev: *const u8, len: usize) {
     }
 }
 
-/// Whether an `n`-byte copy at device address `dev` is whole 64-byte lines at a 64-aligned
-/// address (`n > 0` assumed): the bulk case, which the line kernel does alone.
-#[inline(always)]
-pub(crate) fn is_whole_lines(dev: usize, n: usize) -> bool {
-    (dev | n) & 63 == 0
-}
-
 /// The line kernels (store, load) when the selection is made, which it is once `gdr_open` ran.
 #[inline(always)]
 pub(crate) fn line_kernels() -> Option<(KernelFn, KernelFn)> {
     select::ready().map(|s| (s.store.line, s.load.line))
-}
-
-/// Writes the low `n` (1..=8) bytes of `v` (byte 0 = the least significant) to `host`, with at
-/// most two possibly overlapping stores.
-///
-/// # Safety
-/// `host` is writable for `n` bytes, `1 <= n <= 8`.
-#[inline(always)]
-pub(crate) unsafe fn write_low_bytes(host: *mut u8, v: u64, n: usize) {
-    // SAFETY: each pair covers [0, w) and [n - w, n) with w <= n.
-    unsafe {
-        if n == 8 {
-            host.cast::<u64>().write_unaligned(v.to_le());
-        } else if n >= 4 {
-            host.cast::<u32>().write_unaligned((v as u32).to_le());
-            host.add(n - 4).cast::<u32>().write_unaligned(((v >> (8 * (n - 4))) as u32).to_le());
-        } else if n >= 2 {
-            host.cast::<u16>().write_unaligned((v as u16).to_le());
-            host.add(n - 2).cast::<u16>().write_unaligned(((v >> (8 * (n - 2))) as u16).to_le());
-        } else {
-            host.write(v as u8);
-        }
-    }
 }
 
 /// A 16-byte bounce buffer, aligned like a chunk of the device.
@@ -594,34 +562,6 @@ unsafe fn bounce_x86(stream: bool, chunk: *const u8, skip: usize, host: *mut u8,
             } else {
                 write_low_bytes(host, v as u64, n);
             }
-        }
-    }
-}
-
-/// Copies `n` (1..=16) bytes between ordinary, non-overlapping buffers with two possibly
-/// overlapping moves of the widest size that fits.
-///
-/// # Safety
-/// `dst` writable and `src` readable for `n` bytes, `1 <= n <= 16`, no overlap.
-#[cfg(not(target_arch = "x86_64"))]
-#[inline(always)]
-unsafe fn small_copy(dst: *mut u8, src: *const u8, n: usize) {
-    // SAFETY: each pair covers [0, w) and [n - w, n) with w <= n.
-    unsafe {
-        if n >= 8 {
-            let (a, b) = (src.cast::<u64>().read_unaligned(), src.add(n - 8).cast::<u64>().read_unaligned());
-            dst.cast::<u64>().write_unaligned(a);
-            dst.add(n - 8).cast::<u64>().write_unaligned(b);
-        } else if n >= 4 {
-            let (a, b) = (src.cast::<u32>().read_unaligned(), src.add(n - 4).cast::<u32>().read_unaligned());
-            dst.cast::<u32>().write_unaligned(a);
-            dst.add(n - 4).cast::<u32>().write_unaligned(b);
-        } else if n >= 2 {
-            let (a, b) = (src.cast::<u16>().read_unaligned(), src.add(n - 2).cast::<u16>().read_unaligned());
-            dst.cast::<u16>().write_unaligned(a);
-            dst.add(n - 2).cast::<u16>().write_unaligned(b);
-        } else {
-            dst.write(src.read());
         }
     }
 }

@@ -36,19 +36,6 @@ pub(super) fn has_movdir64b() -> bool {
     max_leaf >= 7 && (ecx7 >> 28) & 1 == 1
 }
 
-/// x86 SFENCE: orders the weakly ordered non-temporal and MOVDIR64B stores before later stores.
-pub(super) fn sfence() {
-    // SAFETY: SFENCE is baseline SSE on x86-64, touches no memory operand and no flags; without
-    // `nomem` the asm block is also a compiler barrier, which is what a fence must be.
-    unsafe { asm!("sfence", options(nostack, preserves_flags)) }
-}
-
-/// x86 MFENCE: full barrier, used when mappings of several types coexist (spec §4.5).
-pub(super) fn mfence() {
-    // SAFETY: MFENCE is baseline SSE2 on x86-64 and has no operands; compiler barrier as above.
-    unsafe { asm!("mfence", options(nostack, preserves_flags)) }
-}
-
 /// One 16-byte non-temporal store to the device: MOVDQU from the host, MOVNTDQ to `dev`.
 ///
 /// # Safety
@@ -109,9 +96,9 @@ pub(super) unsafe fn load16(host: *mut u8, dev: *const u8, stream: bool) {
 ///
 /// The main loop is written in assembly for one reason: its first instruction sits on a 64-byte
 /// boundary (`.p2align 6`). Where the compiler puts a loop depends on everything before it in the
-/// library, and a loop that straddles one more 64-byte block of code than it needs cost about
-/// 2 ns per 1 KiB call on the H100 machine's host CPU (same kernel, same process, only the
-/// placement differed). The padding before the label runs once per call that enters the loop.
+/// library, and a loop that straddles one more 64-byte block of code than it needs is measurably
+/// slower (docs/decisions/0008-code-alignment.md). The padding before the label runs once per
+/// call that enters the loop.
 macro_rules! simd_kernel {
     (
         $(#[$doc:meta])*
@@ -486,10 +473,10 @@ static SHIFTS: [u8; 128] = {
 ///
 /// Why: the plain kernels store each vector at its device offset's host address, so with a host
 /// side that is not 32-aligned every other 32-byte store splits a cache line, which made such
-/// loads 2-3x slower than aligned ones on the development and H100 machines' CPUs. One
-/// two-source byte shuffle per line (VPERMT2B) was tried first: it costs three micro-operations
-/// on Ice Lake and later cores and measured no faster than the split stores; a rotation and a
-/// blend are one each. Why zmm here when the selection otherwise avoids it: byte rotation of a
+/// loads several times slower than aligned ones. One two-source byte shuffle per line
+/// (VPERMT2B) was tried first: it costs three micro-operations on Ice Lake and later cores and
+/// measured no faster than the split stores; a rotation and a blend are one each
+/// (docs/decisions/0006-vbmi-loads.md). Why zmm here when the selection otherwise avoids it: byte rotation of a
 /// whole line needs AVX-512 VBMI, which only CPUs without the 512-bit frequency licence penalty
 /// of Skylake-SP/Cascade Lake have (Ice Lake and later, AMD Zen 4 and later), and a 256-bit
 /// version would need two shuffles per 32 bytes (in-lane byte shifts plus a lane crossing).
@@ -518,9 +505,9 @@ unsafe extern "C" fn load_lines_realigned<const FENCE: bool>(
 #[inline(always)]
 fn end_of<const FENCE: bool>() -> core::ffi::c_int {
     if FENCE {
-        sfence();
+        super::kernel::store_fence();
     }
-    super::opaque_zero()
+    super::kernel::opaque_zero()
 }
 
 /// The copying part of [`load_lines_realigned`] (a non-empty copy), and of [`load_large_vbmi`]'s
@@ -591,16 +578,14 @@ unsafe fn realign_lines(dst: *mut u8, src: *const u8, n: usize, after: usize) {
     }
 }
 
-/// A load of at least [`super::wc::SHORT_MAX`] bytes where the CPU has AVX-512 VBMI: each
+/// A load of at least [`super::kernel::SHORT_MAX`] bytes where the CPU has AVX-512 VBMI: each
 /// partial line at the ends is one 64-byte streaming load of its line, one rotation that puts the
 /// wanted bytes where they go, and one 64-byte host store; then the whole lines between them go
 /// to the line kernel: its realigning loop inlined here where their host side is not 32-aligned
-/// (the two jumps through `load_avx2_realign` and its test cost 0.5-0.7 ns on 512-byte to 2 KiB
-/// loads at device +7, host +3 on the H100 machine's Xeon, four A/B runs), otherwise the AVX2
-/// kernel. The realigning loop also takes the tail's partial line as one more step whose host
-/// stores are at aligned lines: the tail's own unaligned store, where the host range ends just
-/// past a page boundary, splits the two pages (5-10 ns on both machines' CPUs; the misaligned
-/// 2 KiB load of the bench went from 1.58-1.66x the aligned one to 1.34x on the Xeon). `FENCE`:
+/// (saving the two jumps through `load_avx2_realign` and its test), otherwise the AVX2 kernel.
+/// The realigning loop also takes the tail's partial line as one more step whose host stores are
+/// at aligned lines: the tail's own unaligned store, where the host range ends just past a page
+/// boundary, would split the two pages, which is costly (docs/decisions/0006-vbmi-loads.md). `FENCE`:
 /// the fenced twin's end (SFENCE, 0), for the public fast path; otherwise returns 0 without
 /// fencing, for the dispatcher.
 ///
@@ -609,13 +594,13 @@ unsafe fn realign_lines(dst: *mut u8, src: *const u8, n: usize, after: usize) {
 /// line, not yet the right ones, and the middle's stores, which come after and cover them (the
 /// middle is at least one line, since n >= 128), overwrite them. Masked stores would write only
 /// the partial lines, but a masked store that crosses a page boundary costs a microcode assist
-/// (2 KiB loads at device +7 ran 2.5x slower with them on the development machine).
+/// (docs/decisions/0006-vbmi-loads.md).
 ///
 /// Why: the portable ends read 16-byte chunks and hand the bytes of the partial ones through
 /// general registers, about 30-60 instructions for the two ends of a misaligned load, which made
-/// loads of 128 bytes to 2 KiB at device +7 1.6-1.9x slower than aligned ones on the H100
-/// machine's CPU; here they are about ten, and each partial line is one device read (a line is
-/// what a streaming load fetches anyway).
+/// misaligned loads much slower than aligned ones; here they are about ten, and each partial
+/// line is one device read (a line is what a streaming load fetches anyway;
+/// docs/decisions/0006-vbmi-loads.md).
 ///
 /// # Safety
 /// As `wc::load_ends_then`: `dev` readable and `host` writable for `n >= 128` bytes, no
@@ -697,16 +682,16 @@ pub(crate) unsafe extern "C" fn load_large_vbmi_from_export(
 /// bytes is one or two device reads, one shuffle and one store, with no saved register and no
 /// stack frame. From a few lines up the realigning kernels win (aligned host stores, one-micro-op
 /// shuffles: this one is three), so [`WholeLoads::span`](super::select::WholeLoads) is used
-/// below [`super::select::SPAN_MAX`] only.
+/// below [`super::kernel::SPAN_MAX`] only.
 ///
 /// A range inside one aligned 16-byte or 32-byte chunk (most loads below 16 bytes) is read with
 /// one xmm or ymm streaming load and shuffled with VPSHUFB or VPERMB ymm instead: the public copy
 /// call ends in a fence, so such loads are latency-bound, and the narrower load and the one-cycle
-/// shuffle took 2-8-byte misaligned loads from 1.27-1.33x to 1.14-1.22x of an aligned one on the
-/// development machine.
+/// shuffle bring small misaligned loads closer to an aligned one
+/// (docs/decisions/0006-vbmi-loads.md).
 ///
-/// A masked store whose 64 bytes cross a page boundary takes a microcode assist (6-12 ns on the
-/// development machine, against 0.5 ns), so where the last store's vector would cross one, its
+/// A masked store whose 64 bytes cross a page boundary takes a microcode assist, an order of
+/// magnitude slower than one that does not, so where the last store's vector would cross one, its
 /// bytes are rotated once more and stored as two masked stores at the 64-aligned lines on either
 /// side of the boundary.
 ///
@@ -753,8 +738,8 @@ pub(crate) unsafe extern "C" fn load_span_vbmi_from_export(
 ///
 /// Why: without it such a load across an 8-byte word went through the chunk path's general form
 /// (both 16-byte reads' cases, a 128-bit shift through general registers, a saved register),
-/// which made misaligned 2-8-byte public loads 2.2-2.6x an aligned one on the H100 machine's CPU
-/// with AVX-512 turned off.
+/// which made misaligned 2-8-byte public loads more than twice as slow as an aligned one on CPUs
+/// without AVX-512 (docs/decisions/0006-vbmi-loads.md).
 ///
 /// # Safety
 /// `dev` readable and `host` writable for `n` bytes, `1 <= n < 16`, `dev % 16 + n <= 16`, no
@@ -783,7 +768,7 @@ pub(crate) unsafe fn load_in_chunk_sse41(host: *mut u8, dev: *const u8, n: usize
                 x = out(xmm_reg) _, i = out(xmm_reg) _,
                 options(nostack, preserves_flags, readonly),
             );
-            super::wc::write_low_bytes(host, low, n);
+            super::kernel::write_low_bytes(host, low, n);
         } else {
             let high: u64;
             asm!(

@@ -37,7 +37,7 @@ pub(crate) fn boundary(name: &'static str, f: impl FnOnce() -> R<()>) -> CUresul
 ///
 /// # Safety
 /// `p` is NULL (rejected) or valid for a write of `T` (alignment not required).
-unsafe fn put<T>(p: *mut T, v: T) -> R<()> {
+pub(crate) unsafe fn put<T>(p: *mut T, v: T) -> R<()> {
     if p.is_null() {
         return Err(err::INVALID_VALUE);
     }
@@ -50,7 +50,7 @@ unsafe fn put<T>(p: *mut T, v: T) -> R<()> {
 ///
 /// # Safety
 /// As [`put`], but NULL is accepted.
-unsafe fn put_opt<T>(p: *mut T, v: T) {
+pub(crate) unsafe fn put_opt<T>(p: *mut T, v: T) {
     if !p.is_null() {
         // SAFETY: non-NULL and valid per the caller's contract.
         unsafe { p.write_unaligned(v) };
@@ -99,6 +99,7 @@ macro_rules! export {
         }
     )*};
 }
+pub(crate) use export;
 
 fn d() -> R<std::sync::Arc<driver::Driver>> {
     driver::get()
@@ -1110,46 +1111,4 @@ export! {
     fn cuStreamWaitValue64_v2(s: CUstream, addr: CUdeviceptr, value: u64, flags: c_uint) { memop1(s, |t| wait_op(t, addr, value, flags, true)) }
     fn cuStreamBatchMemOp(s: CUstream, count: c_uint, params: *const CUstreamBatchMemOpParams, flags: c_uint) { batch(s, count, params, flags, MemOpApi::V1) }
     fn cuStreamBatchMemOp_v2(s: CUstream, count: c_uint, params: *const CUstreamBatchMemOpParams, flags: c_uint) { batch(s, count, params, flags, MemOpApi::V2) }
-}
-
-// ----- cuGetProcAddress ---------------------------------------------------------------------
-
-export! {
-    fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) {
-        proc_address(symbol, pfn, version, flags, std::ptr::null_mut())
-    }
-
-    fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_uint) {
-        proc_address(symbol, pfn, version, flags, status)
-    }
-}
-
-fn proc_address(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    version: c_int,
-    flags: u64,
-    status: *mut c_uint,
-) -> R<()> {
-    if symbol.is_null()
-        || pfn.is_null()
-        || flags & !(CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0
-    {
-        return Err(err::INVALID_VALUE);
-    }
-    // SAFETY: NUL-terminated symbol name from the caller.
-    let name = unsafe { CStr::from_ptr(symbol) }.to_str().unwrap_or("");
-    let (res, f, st) = match crate::procaddr::lookup(name, version) {
-        Ok(f) => (Ok(()), f, CU_GET_PROC_ADDRESS_SUCCESS),
-        Err(st) => {
-            crate::log!("cuGetProcAddress({name:?}, version {version}): not found");
-            (Err(err::NOT_FOUND), std::ptr::null_mut(), st)
-        }
-    };
-    // SAFETY: out-pointers from the caller (pfn checked non-NULL; status optional).
-    unsafe {
-        put(pfn, f)?;
-        put_opt(status, st);
-    }
-    res
 }

@@ -44,6 +44,7 @@ mod sys;
 pub mod types;
 
 pub use capi::*;
+pub use procaddr::{cuGetProcAddress, cuGetProcAddress_v2};
 
 #[cfg(test)]
 mod tests;

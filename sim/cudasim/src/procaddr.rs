@@ -2,10 +2,14 @@
 //! CUDA version expects (e.g. "cuMemAlloc" → `cuMemAlloc_v2` from 3.2 on, "cuCtxDestroy" →
 //! `cuCtxDestroy_v2` from 4.0 on). Only functions cudasim really implements are listed; the
 //! exported NOT_SUPPORTED stubs are deliberately absent, so probing consumers see "not found".
+//!
+//! `cuGetProcAddress` itself lives here, above the table of the functions it hands out, so that
+//! `capi` never imports this module.
 
 use crate::capi::*;
-use crate::types::{CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT};
-use std::ffi::c_void;
+use crate::driver::R;
+use crate::types::*;
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 
 macro_rules! table {
     ($($name:literal => [$($ver:literal : $f:ident),+ $(,)?]),* $(,)?) => {
@@ -128,6 +132,48 @@ pub fn lookup(name: &str, version: i32) -> Result<*mut c_void, u32> {
     let t = T.get_or_init(|| Table(entries()));
     let (_, vs) = t.0.iter().find(|(n, _)| *n == name).ok_or(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)?;
     vs.iter().rev().find(|(v, _)| *v <= version).map(|(_, f)| *f).ok_or(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
+}
+
+// ----- cuGetProcAddress ---------------------------------------------------------------------
+
+export! {
+    fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) {
+        proc_address(symbol, pfn, version, flags, std::ptr::null_mut())
+    }
+
+    fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_uint) {
+        proc_address(symbol, pfn, version, flags, status)
+    }
+}
+
+fn proc_address(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_uint,
+) -> R<()> {
+    if symbol.is_null()
+        || pfn.is_null()
+        || flags & !(CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0
+    {
+        return Err(err::INVALID_VALUE);
+    }
+    // SAFETY: NUL-terminated symbol name from the caller.
+    let name = unsafe { CStr::from_ptr(symbol) }.to_str().unwrap_or("");
+    let (res, f, st) = match lookup(name, version) {
+        Ok(f) => (Ok(()), f, CU_GET_PROC_ADDRESS_SUCCESS),
+        Err(st) => {
+            crate::log!("cuGetProcAddress({name:?}, version {version}): not found");
+            (Err(err::NOT_FOUND), std::ptr::null_mut(), st)
+        }
+    };
+    // SAFETY: out-pointers from the caller (pfn checked non-NULL; status optional).
+    unsafe {
+        put(pfn, f)?;
+        put_opt(status, st);
+    }
+    res
 }
 
 #[cfg(test)]

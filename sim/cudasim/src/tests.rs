@@ -4,6 +4,7 @@
 //! primary context of device 0 current (and never drops it to refcount 0).
 
 use crate::capi::*;
+use crate::procaddr::{cuGetProcAddress, cuGetProcAddress_v2};
 use crate::sys;
 use crate::types::*;
 use std::ffi::{CStr, c_void};

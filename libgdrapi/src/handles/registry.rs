@@ -2,7 +2,7 @@
 //!
 //! Upstream hands out raw pointers and dereferences whatever comes back, so a stale or foreign
 //! `gdr_t`/`gdr_mh_t` is undefined behaviour there. Here every value C holds is the address of a
-//! slot in one of two reserved regions ([`crate::slab`]): a value that is not a live slot is EINVAL,
+//! slot in one of two reserved regions ([`super::slab`]): a value that is not a live slot is EINVAL,
 //! never a dereference of freed memory. Freed slots are quarantined before reuse, for instances as
 //! for handles, so a stale value does not alias a new one for a long while.
 //!
@@ -12,12 +12,15 @@
 //!
 //! Two paths:
 //! - the control path (open, close, pin, unpin, map, unmap, queries) runs under one mutex,
-//!   [`control`]: these calls make system calls anyway, and one lock makes their interleavings
+//!   [`lock`]: these calls make system calls anyway, and one lock makes their interleavings
 //!   simple to reason about;
 //! - the copy path ([`mapping_of`]) takes no lock: it validates the handle's address, announces
-//!   itself ([`crate::grace`]), and reads the mapping mirrored in the handle's slot. The control
-//!   path retracts that mirror, then unmaps at once if no copy can still be using the mapping, or
-//!   parks it ([`crate::parking`]).
+//!   itself ([`super::grace`]), and reads the mapping mirrored in the handle's slot. The control
+//!   path ([`super::control`]) retracts that mirror, then unmaps at once if no copy can still be
+//!   using the mapping, or parks it ([`super::parking`]).
+//!
+//! The registry writes the fast path's mirror, so it owns its format ([`FastWindow`],
+//! [`window_limit`], [`SLACK`]); `fastcopy` only reads it.
 
 use std::cell::UnsafeCell;
 use std::ffi::c_int;
@@ -26,13 +29,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use gpudirect_common::{Errno, Result};
 
+use super::grace::{self, Announced, Exit};
+use super::slab::{Allocator, Region, Slot, SlotIndex};
+use super::thread_words;
 use crate::abi::MappingType;
+use crate::conditions;
 use crate::core::{Instance, Pin};
 use crate::cpu_mapping::CpuMapping;
-use crate::grace::{self, Announced};
-use crate::parking::{self, Exit};
-use crate::slab::{Allocator, Region, Slot, SlotIndex};
-use crate::thread_words;
 
 /// The first 48 bytes of upstream's `struct gdr`.
 #[repr(C)]
@@ -74,8 +77,8 @@ struct HandleSlot {
     /// length above them: what the general copy path reads, one load.
     state: AtomicU64,
     map_addr: AtomicUsize,
-    /// The fast path's window limit ([`crate::fastcopy::window_limit`] of the mapping's length)
-    /// while copies may take the fast path ([`crate::fastcopy`]: a live write-combined mapping,
+    /// The fast path's window limit ([`window_limit`] of the mapping's length)
+    /// while copies may take the fast path (`crate::fastcopy`: a live write-combined mapping,
     /// nothing process-wide against it), else 0. Set after `map_addr`, cleared before anything
     /// else changes, so the fast path needs two loads and no compare of its own: a zero limit
     /// makes its window check fail.
@@ -132,7 +135,7 @@ pub(crate) struct Tables {
     /// By handle slot index.
     handles: Vec<Option<HandleEntry>>,
     /// Whether the handles' `fast_lim` mirrors were last set for a process that allows the fast
-    /// copy path ([`crate::fastcopy::allowed`]).
+    /// copy path ([`conditions::allowed`]).
     fast_allowed: bool,
 }
 
@@ -168,7 +171,7 @@ impl Drop for Control {
 }
 
 /// Takes the control path's lock.
-pub(crate) fn control() -> Control {
+pub(crate) fn lock() -> Control {
     Control(CONTROL.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
@@ -184,7 +187,7 @@ thread_local! {
 /// `gdr_open`.
 fn lock_across_fork() {
     extern "C" fn prepare() {
-        let g = control();
+        let g = lock();
         HELD_FOR_FORK.with(|h| *h.borrow_mut() = Some(g));
     }
     extern "C" fn release() {
@@ -338,14 +341,13 @@ impl Tables {
         // SAFETY: control mutex held.
         unsafe { (*slot.record.get()).mapping_type = t as u32 };
         slot.state.store(state_word(PINNED | MAPPED | (t as u64) << TYPE_SHIFT, m.len), Ordering::Release);
-        slot.show_fast(crate::fastcopy::allowed());
+        slot.show_fast(conditions::allowed());
     }
 
     /// Hides `h`'s mapping from the copy paths. Returns what was published (to restore it if
     /// unmapping fails) and how the range must leave ([`Exit::Parked`] while a copy may still
-    /// use it); `None` if it was not mapped. Also unmaps parked ranges that are free now.
+    /// use it, [`grace::retire`]); `None` if it was not mapped.
     pub(crate) fn retract_mapping(&self, h: &Handle) -> Option<(CpuMapping, MappingType, Exit)> {
-        parking::reclaim();
         let slot = HANDLES.get(h.index);
         slot.fast_lim.store(0, Ordering::SeqCst);
         let old = slot.state.swap(PINNED, Ordering::AcqRel);
@@ -353,7 +355,7 @@ impl Tables {
             return None;
         }
         let key = h.key();
-        let exit = if grace::retire(key) { Exit::Parked(key) } else { Exit::Now };
+        let exit = grace::retire(key);
         // SAFETY: control mutex held.
         unsafe { (*slot.record.get()).mapping_type = MappingType::None as u32 };
         let m = CpuMapping { addr: slot.map_addr.load(Ordering::Relaxed), len: len_of(old) };
@@ -374,7 +376,7 @@ impl Tables {
     /// a change walks the handles. Hiding needs no grace period: the mappings stay mapped, and a
     /// copy already past the check finishes as it would have a moment earlier.
     fn sync_fast_paths(&mut self) {
-        let allowed = crate::fastcopy::allowed();
+        let allowed = conditions::allowed();
         if allowed == self.fast_allowed {
             return;
         }
@@ -390,7 +392,7 @@ impl HandleSlot {
     /// write-combined mapping when `allowed`, else 0. Control mutex held.
     fn show_fast(&self, allowed: bool) {
         let state = self.state.load(Ordering::Relaxed);
-        let lim = if allowed && bits_of(state) == WC_MAPPED { crate::fastcopy::window_limit(len_of(state)) } else { 0 };
+        let lim = if allowed && bits_of(state) == WC_MAPPED { window_limit(len_of(state)) } else { 0 };
         self.fast_lim.store(lim, Ordering::Release);
     }
 }
@@ -426,12 +428,24 @@ fn remember_handles() {
     t.handles_limit.set(count);
 }
 
-/// A handle slot as the public copy calls' fast path reads it ([`crate::fastcopy`]).
+/// A handle slot as the public copy calls' fast path reads it (`crate::fastcopy`).
 #[derive(Clone, Copy)]
 pub(crate) struct Mirror(&'static HandleSlot);
 
+/// Offsets at the end of a mapping where an 8-byte access would not fit: the window limit of a
+/// mapping of `len` bytes is `len - SLACK`.
+pub(crate) const SLACK: usize = 7;
+
+/// The fast path's window limit for a mapping of `len` bytes: the number of offsets at which an
+/// access of up to 8 bytes fits. So one compare (`offset < limit`) settles every copy of 1-8
+/// bytes, and a limit of 0, the mirror's "no fast path", fails it for every offset. Copies that
+/// start in the last 7 bytes of a mapping take the general path.
+pub(crate) const fn window_limit(len: usize) -> usize {
+    len.saturating_sub(SLACK)
+}
+
 /// What [`Mirror::fast_window`] reads: the mapping's address and its window limit
-/// ([`crate::fastcopy::window_limit`]; 0 when copies may not take the fast path).
+/// ([`window_limit`]; 0 when copies may not take the fast path).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct FastWindow {
     pub(crate) addr: usize,
@@ -471,7 +485,7 @@ impl Mirror {
     /// it; otherwise a limit of 0, inside which no range lies. Read it only while the handle is
     /// announced ([`grace`]): a non-zero limit then stays valid, and the address with it, until
     /// the thread's next copy (the control path clears the limit first, and keeps the range
-    /// reserved while an announcement names the handle, [`crate::parking`]).
+    /// reserved while an announcement names the handle, [`super::parking`]).
     #[inline(always)]
     pub(crate) fn fast_window(self) -> FastWindow {
         let slot = self.0;
@@ -536,7 +550,7 @@ mod tests {
     /// allows the fast path, 0 otherwise, and 0 before a retraction's grace period starts.
     #[test]
     fn fast_mirror_follows_the_mapping_and_the_process_conditions() {
-        use crate::fastcopy::{Why, set_general};
+        use crate::conditions::{Why, set_general};
         grace::init();
         // A table of our own (the process's is shared with other tests), over slots of the
         // process's region, which is what the copy path validates handles against.
@@ -555,7 +569,7 @@ mod tests {
         let window = || Mirror::of(HANDLES.addr_of(index)).expect("a slot").fast_window();
         let m = CpuMapping { addr: 0x7f00_0000_0000, len: 0x30000 };
 
-        let lim = crate::fastcopy::window_limit(m.len);
+        let lim = window_limit(m.len);
         assert_eq!(window().lim, 0, "pinned, not mapped");
         t.publish_mapping(&h, m, MappingType::WriteCombined);
         assert_eq!(window(), FastWindow { addr: m.addr, lim });
@@ -609,7 +623,7 @@ mod tests {
 
     #[test]
     fn unknown_values_are_rejected() {
-        let t = control();
+        let t = lock();
         assert_eq!(t.instance(0x1234).err(), Some(Errno::EINVAL));
         assert_eq!(t.handle(1, 0x5678).err().map(|e| e.0), Some(libc::EINVAL));
         drop(t);

@@ -1,16 +1,14 @@
-//! Removing a mapping that a copy in another thread may still be touching.
+//! Removing a mapping that a copy in another thread may still be touching: step 5 of the
+//! handle-lifetime protocol ([`super`]).
 //!
-//! After a mapping is retracted ([`crate::registry`]), [`crate::grace::retire`] says whether any
+//! After a mapping is retracted ([`super::registry`]), [`super::grace::retire`] says whether any
 //! thread's line still names its handle. Usually none does and the range is unmapped at once. If
-//! one does, that thread may be in the middle of a copy into the range, or may have finished its
-//! last copy through the handle long ago: the fast copy path leaves its announcement in place to
-//! save a store, so the two cannot be told apart, and waiting could wait forever. Instead the
-//! range is parked: replaced in one step by anonymous memory, so the device memory behind it is
-//! released from the range (and may be unpinned and freed) while the addresses stay ours. A copy
-//! still under way then reads zeros or writes into memory nobody reads, exactly as if it had run
-//! a moment before the unmap, never into a range that may belong to someone else. A parked range
-//! is unmapped once no line names its handle any more (checked at every later retraction and at
-//! `gdr_close`), which happens at the named thread's next copy or at its exit.
+//! one does, the range is parked: replaced in one step by anonymous memory, so the device memory
+//! behind it is released from the range (and may be unpinned and freed) while the addresses stay
+//! ours. A copy still under way then reads zeros or writes into memory nobody reads, exactly as
+//! if it had run a moment before the unmap, never into a range that may belong to someone else. A
+//! parked range is unmapped once no line names its handle any more (checked at every later
+//! retraction and at `gdr_close`), which happens at the named thread's next copy or at its exit.
 //!
 //! How many ranges can be parked: a thread names one handle at a time, and a handle that is
 //! mapped again while its last range is still parked gets that range back ([`take_for_remap`]:
@@ -24,17 +22,8 @@ use std::sync::Mutex;
 
 use gpudirect_common::Result;
 
+use super::grace::{self, Exit};
 use crate::cpu_mapping::{self, CpuMapping};
-use crate::grace;
-
-/// How a retracted mapping leaves the address space.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Exit {
-    /// No copy can be touching it: unmap it now.
-    Now,
-    /// A line names this handle (key): park the range until none does.
-    Parked(usize),
-}
 
 struct Parked {
     key: usize,

@@ -1,6 +1,9 @@
 //! The copy path's per-thread words, reached in two instructions: the handle this thread's grace
-//! line names ([`crate::grace`]), the line itself, and the handle region as this thread last saw
-//! it ([`crate::registry`]).
+//! line names ([`super::grace`]), the line's announcement word, and the handle region as this
+//! thread last saw it ([`super::registry`]).
+//!
+//! A leaf: the words hold the line as a pointer to its announcement word, not to `grace`'s line
+//! type, so that only `grace` knows the word is the first field of its line.
 //!
 //! Why the named handle is kept here too: a thread that copies through the same handle again
 //! (the common case) finds with one compare against its own block that the handle is valid (it
@@ -19,22 +22,23 @@
 //! they point to, never the words), so they are plain cells.
 //!
 //! The block is reached with the initial-exec TLS model on x86-64 Linux (two instructions, no
-//! `__tls_get_addr`): `gpudirect_common::tls` says why and what it costs.
+//! `__tls_get_addr`): `gpudirect_common::tls` says why and what it costs
+//! (docs/decisions/0004-initial-exec-tls.md).
 
 use std::cell::Cell;
-
-use crate::grace::Reader;
+use std::sync::atomic::AtomicUsize;
 
 /// One thread's copy-path words.
 #[repr(C)]
 pub(crate) struct ThreadWords {
-    /// A handle that the fast copy path validated ([`crate::registry::Mirror::known_to`]) and then
+    /// A handle that the fast copy path validated ([`super::registry::Mirror::known_to`]) and then
     /// stored in this thread's line, while the line still names it; 0 otherwise. Whatever else
-    /// writes the line ([`crate::grace::announce`], the line's release) sets 0 first, so a
+    /// writes the line ([`super::grace::announce`], the line's release) sets 0 first, so a
     /// non-zero value always equals the line's word.
     pub(crate) named: Cell<usize>,
-    /// This thread's grace line, null until its first copy.
-    pub(crate) line: Cell<*const Reader>,
+    /// The announcement word of this thread's grace line ([`super::grace`]), null until its
+    /// first copy.
+    pub(crate) line: Cell<*const AtomicUsize>,
     /// The handle region's base as this thread last saw it.
     pub(crate) handles_base: Cell<usize>,
     /// The handle region's slot count as this thread last saw it, while the thread has a line;
@@ -52,6 +56,24 @@ unsafe impl gpudirect_common::tls::ZeroValid for ThreadWords {}
 gpudirect_common::initial_exec_block! {
     /// This thread's words (the reference is `!Send`: the cells make `ThreadWords` `!Sync`).
     pub(crate) fn mine() -> &'static ThreadWords = "__gdrapi_thread_words";
+}
+
+impl ThreadWords {
+    /// The announcement word of this thread's line. Storing a key there (with release ordering)
+    /// announces a copy only while readers need no fence (`membarrier` works); the caller checks
+    /// that first (the public copy path does, through its handle's mirror). The key may stay
+    /// there after the copy.
+    ///
+    /// # Safety
+    /// The thread has a line (`line` is not null). The fast path knows without a test: its
+    /// handle check fails while the thread has no line, because the thread's handle count is 0
+    /// then.
+    #[inline(always)]
+    pub(crate) unsafe fn word(&self) -> &'static AtomicUsize {
+        // SAFETY: a non-null `line` points into a grace line, and lines are leaked, so it stays
+        // valid for the life of the process.
+        unsafe { &*self.line.get() }
+    }
 }
 
 #[cfg(test)]

@@ -1,28 +1,13 @@
-//! Grace periods for the copy path: how `gdr_unmap`, `gdr_unpin_buffer` and `gdr_close` know
-//! whether a copy in another thread may still touch a mapping they are about to remove.
+//! Grace periods for the copy path: steps 1, 3 and 4 of the handle-lifetime protocol
+//! ([`super`]), which let `gdr_unmap`, `gdr_unpin_buffer` and `gdr_close` know whether a copy in
+//! another thread may still touch a mapping they are about to remove.
 //!
-//! Why this scheme (asymmetric hazard announcements with `membarrier(2)`): a copy is the library's
-//! whole reason to exist and costs a few nanoseconds, so its path may take no lock, do no atomic
-//! read-modify-write on a shared cache line and make no call into the kernel. Unmapping is rare and
-//! costs a system call anyway. So the cost is moved to the unmapping side:
-//! - every copying thread owns one cache line ([`Reader`]), found through a thread-local pointer
-//!   ([`crate::thread_words`]);
-//!   a copy stores the handle it works on there (a release store: everything the thread's earlier
-//!   copies did happens before it), reads the handle's state and copies. The fast path leaves the
-//!   handle there until the thread's next copy: one store per copy instead of two (the general
-//!   path still clears it, which costs it nothing that matters), and none when the line names
-//!   the handle already (only the owning thread writes its line, so the value in place is an
-//!   announcement it made before). Plain stores and loads of the thread's own line: nothing
-//!   shared is written;
-//! - a thread that retracts a mapping first marks it gone in the handle's state, then runs
-//!   `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, which makes every thread of the process pass a
-//!   full memory barrier, and then looks for lines naming the handle ([`retire`]). After the
-//!   barrier a copy either saw the mark (and gives up) or its announcement is visible; this is
-//!   the asymmetric Dekker pattern behind liburcu's membarrier flavour. A line that no longer
-//!   names the handle belongs to a thread that has moved on: its later store comes after its
-//!   accesses. A line that still names it may belong to a copy under way, or to a thread whose
-//!   last copy went through the handle long ago; the two look the same, so the writer never
-//!   waits for them: the mapping is parked instead ([`crate::parking`]).
+//! Every copying thread owns one cache line ([`Reader`]), found through a thread-local pointer
+//! to its announcement word ([`super::thread_words`]). A copy stores the handle it works on there
+//! and reads the handle's state; only the owning thread writes its line, so a value in place is an
+//! announcement it made before, and nothing shared is written on the copy path. The retracting
+//! thread runs `membarrier` and looks at every line ([`retire`]), which answers with the way the
+//! mapping leaves ([`Exit`]).
 //!
 //! Where `membarrier` with private expedited commands is missing (kernels before 4.14, some
 //! sandboxes), readers issue a full fence after announcing themselves instead; decided once, at the
@@ -40,12 +25,13 @@ use std::cell::Cell;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering, compiler_fence, fence};
 
-use crate::fastcopy;
-use crate::thread_words;
+use super::thread_words;
+use crate::conditions::{self, Why};
 
 /// One thread's announcement: the key (handle address) it is copying or last copied through, or 0.
+/// `active` comes first: the thread's words hold a line as a pointer to it ([`mine`]).
 #[repr(C, align(64))]
-pub(crate) struct Reader {
+struct Reader {
     active: AtomicUsize,
     /// Whether a live thread owns this line; lines are recycled, never freed.
     claimed: AtomicBool,
@@ -56,6 +42,8 @@ pub(crate) struct Reader {
 // fields are atomics.
 unsafe impl Sync for Reader {}
 
+const _: () = assert!(std::mem::offset_of!(Reader, active) == 0);
+
 /// Every line ever made, newest first (pushed with a CAS, never removed).
 static READERS: AtomicPtr<Reader> = AtomicPtr::new(std::ptr::null_mut());
 
@@ -63,7 +51,7 @@ static READERS: AtomicPtr<Reader> = AtomicPtr::new(std::ptr::null_mut());
 /// of the conditions that also keep copies off the fast path, kept there as the one flag.
 #[inline(always)]
 fn readers_fence() -> bool {
-    fastcopy::holds(fastcopy::Why::FencedReaders)
+    conditions::holds(Why::FencedReaders)
 }
 
 thread_local! {
@@ -71,14 +59,14 @@ thread_local! {
     static RELEASE: Release = const { Release(Cell::new(std::ptr::null())) };
 }
 
-/// This thread's line, or null.
+/// This thread's line, or null: the words hold its first field, `active`, at the same address.
 #[inline(always)]
 fn mine() -> *const Reader {
-    thread_words::mine().line.get()
+    thread_words::mine().line.get().cast::<Reader>()
 }
 
 fn set_mine(r: *const Reader) {
-    thread_words::mine().line.set(r);
+    thread_words::mine().line.set(r.cast::<AtomicUsize>());
 }
 
 struct Release(Cell<*const Reader>);
@@ -120,7 +108,7 @@ pub(crate) fn init() {
             && membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
         if !ok {
             gdr_dbg!("membarrier(PRIVATE_EXPEDITED) unavailable: copies fence after announcing themselves");
-            fastcopy::require_general(fastcopy::Why::FencedReaders);
+            conditions::require_general(Why::FencedReaders);
         }
         ok
     });
@@ -163,20 +151,6 @@ pub(crate) fn announce(key: usize) -> Announced {
     Announced(active)
 }
 
-/// The announcement word of `line`, this thread's line as [`crate::thread_words`] holds it.
-/// Storing a key there (with release ordering) announces a copy only while readers need no fence
-/// (`membarrier` works); the caller checks that first (the public copy path does, through its
-/// handle's mirror). The key may stay there after the copy.
-///
-/// # Safety
-/// `line` is not null. (The fast path knows without a test: its handle check fails while the
-/// thread has no line, because the thread's handle count is 0 then.)
-#[inline(always)]
-pub(crate) unsafe fn word_of(line: *const Reader) -> &'static AtomicUsize {
-    // SAFETY: lines are leaked, so a non-null pointer stays valid for the life of the process.
-    unsafe { &(*line).active }
-}
-
 /// Slow path of [`announce`]: gives this thread a line, recycling one of an exited thread.
 #[cold]
 #[inline(never)]
@@ -202,21 +176,30 @@ fn claim() -> *const Reader {
     line
 }
 
+/// How a retracted mapping leaves the address space: what [`retire`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// No copy can be touching it: unmap it now.
+    Now,
+    /// A line names this handle (key): park the range until none does ([`super::parking`]).
+    Parked(usize),
+}
+
 /// Whether a copy that could have seen the state behind `key` before the caller changed it may
-/// still be touching what that state described: false means none can, true that some thread's
-/// line names `key` (a copy under way, or one that ended without another since). The caller must
-/// have published the change (retracted the mapping) first. Its own line does not count: it is
-/// not copying.
-pub(crate) fn retire(key: usize) -> bool {
+/// still be touching what that state described: [`Exit::Now`] means none can,
+/// [`Exit::Parked`] that some thread's line names `key` (a copy under way, or one that ended
+/// without another since). The caller must have published the change (retracted the mapping)
+/// first. Its own line does not count: it is not copying.
+pub(crate) fn retire(key: usize) -> Exit {
     if !readers_fence() && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0 {
         // Registered at init, so this cannot fail on a sane kernel; if it does, fall back for good
         // and still answer correctly below (readers that did not fence before now are covered by
         // the full fence here: their announcement is either visible now or made after the mark).
         gdr_err!("membarrier failed ({}); copies will fence from now on", std::io::Error::last_os_error());
-        fastcopy::require_general(fastcopy::Why::FencedReaders);
+        conditions::require_general(Why::FencedReaders);
     }
     fence(Ordering::SeqCst);
-    named(key)
+    if named(key) { Exit::Parked(key) } else { Exit::Now }
 }
 
 /// Whether another thread's line names `key` now. Once a line shows another value, that thread's
@@ -275,11 +258,11 @@ mod tests {
             main_rx.recv().unwrap();
         };
         step(key);
-        assert!(retire(key), "a line names the key: the mapping may still be in use");
-        assert!(!retire(key + 64), "no line names another key");
+        assert_eq!(retire(key), Exit::Parked(key), "a line names the key: the mapping may still be in use");
+        assert_eq!(retire(key + 64), Exit::Now, "no line names another key");
         // The caller's own line never counts: it is not copying while it retires.
         std::mem::forget(announce(key + 128));
-        assert!(!retire(key + 128), "the retiring thread's own line counted");
+        assert_eq!(retire(key + 128), Exit::Now, "the retiring thread's own line counted");
         step(key + 64);
         assert!(!named(key), "the reader moved on, so nothing of the key is in use");
         assert!(named(key + 64));
