@@ -693,3 +693,37 @@ fn strerror_texts() {
     // The same pointer every time (static strings).
     assert_eq!(nvm_strerror(-1), nvm_strerror(-1));
 }
+
+#[test]
+fn ctrl_init_over_files() {
+    use std::os::fd::AsRawFd;
+    let mut c = null_mut();
+    // /dev/null cannot be mapped: mmap's errno, not a crash (upstream compares with NULL).
+    let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null").unwrap();
+    // SAFETY: valid out-pointer.
+    let rc = unsafe { nvm_ctrl_init(&mut c, null.as_raw_fd()) };
+    assert_eq!(rc, libc::ENODEV);
+    assert!(c.is_null());
+    // A regular file of zeros maps; CAP = 0 allows only 4 KiB pages. The handle keeps its own
+    // descriptor (the caller closes theirs), and the module ioctls fail on a non-module file.
+    let path = std::env::temp_dir().join(format!("nvm-fake-bar-{}", std::process::id()));
+    std::fs::write(&path, vec![0u8; 0x4000]).unwrap();
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+    // SAFETY: valid out-pointer.
+    assert_eq!(unsafe { nvm_ctrl_init(&mut c, f.as_raw_fd()) }, 0);
+    drop(f);
+    std::fs::remove_file(&path).unwrap();
+    // SAFETY: a live handle.
+    let h = unsafe { *c };
+    assert_eq!((h.mm_size, h.page_size, h.timeout, h.max_entries), (0x2000, 4096, 0, 1));
+    let buf = Mem::new(1);
+    let mut w = null_mut();
+    // SAFETY: valid pointers; the buffer is ours.
+    unsafe {
+        assert_eq!(nvm_dma_map_host(&mut w, c, buf.ptr(0), 4096), libc::ENOTTY);
+        assert_eq!(nvm_dma_map_host(&mut w, c, buf.ptr(0), 0), EINVAL);
+        assert_eq!(nvm_dma_create(&mut w, c, 4096), libc::ENOTTY);
+    }
+    assert!(w.is_null());
+    nvm_ctrl_free(c);
+}
