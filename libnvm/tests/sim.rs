@@ -727,3 +727,29 @@ fn ctrl_init_over_files() {
     assert!(w.is_null());
     nvm_ctrl_free(c);
 }
+
+#[test]
+fn bus_addresses_other_than_virtual_ones() {
+    // The controller sees IOVAs (virtual + 2^50); nvmesim translates them back.
+    const OFF: u64 = 1 << 50;
+    let translate = nvmesim::Translate(std::sync::Arc::new(|bus: u64, _len: usize| bus.checked_sub(OFF)));
+    let sim = SimController::start(Config { translate: Some(translate), ..fast() });
+    let mut ctrl = null_mut();
+    let mem = Mem::new(3);
+    let iova = [mem.addr(0) + OFF, mem.addr(PS) + OFF, mem.addr(2 * PS) + OFF];
+    let (mut win, mut aq) = (null_mut(), null_mut());
+    let mut info = NvmCtrlInfo::default();
+    // SAFETY: valid pointers; the BAR and `mem` outlive the handles.
+    unsafe {
+        assert_eq!(nvm_raw_ctrl_init(&mut ctrl, sim.bar(), sim.bar_len()), 0);
+        assert_eq!(nvm_dma_map(&mut win, ctrl, mem.ptr(0), PS, 3, iova.as_ptr()), 0);
+        assert_eq!(nvm_aq_create(&mut aq, ctrl, win), 0);
+        assert_eq!(nvm_admin_ctrl_info(aq, &mut info, mem.ptr(2 * PS), iova[2]), 0);
+        assert_eq!(&info.serial_no[..11], b"nvmesim0001");
+        // A virtual address is not a bus address on this controller: Data Transfer Error.
+        assert_eq!(nvm_admin_ctrl_info(aq, &mut info, mem.ptr(2 * PS), mem.addr(2 * PS)), -0x04);
+    }
+    nvm_aq_destroy(aq);
+    nvm_dma_unmap(win);
+    nvm_ctrl_free(ctrl);
+}
