@@ -753,3 +753,34 @@ fn bus_addresses_other_than_virtual_ones() {
     nvm_dma_unmap(win);
     nvm_ctrl_free(ctrl);
 }
+
+#[test]
+fn chained_prp_lists_and_mdts_zero() {
+    // MDTS 0 ("no limit"): libnvm reports what one PRP list page can describe (1 + 512 pages).
+    let mut io = io_setup(Config { mdts: 0, ..fast() });
+    // SAFETY: page 2 of the admin window: 4 KiB of host memory alive as long as `io`.
+    let buf = unsafe { std::slice::from_raw_parts(io.up.mem.ptr(2 * PS) as *const std::cell::Cell<u8>, 4096) };
+    let info = io.aq.ctrl_info(buf, io.up.mem.addr(2 * PS)).unwrap();
+    assert_eq!((info.max_data_size, info.max_data_pages), (513 * 4096, 513));
+    // 600 pages: PRP1 + a list whose first page ends with a pointer to the second (chaining).
+    let n = 600usize;
+    let data = Mem::new(n);
+    let lists = Mem::new(2);
+    let mut c = NvmCmd::default();
+    c.header(0, io_op::READ, 1);
+    let put = |page: usize, idx: usize, v: u64| {
+        lists.bytes()[page * PS + 8 * idx..page * PS + 8 * idx + 8].copy_from_slice(&v.to_le_bytes());
+    };
+    for i in 0..511 {
+        put(0, i, data.addr((1 + i) * PS));
+    }
+    put(0, 511, lists.addr(PS));
+    for i in 0..(n - 1 - 511) {
+        put(1, i, data.addr((512 + i) * PS));
+    }
+    c.data_ptr(data.addr(0), lists.addr(0));
+    c.rw_blks(100, (n * 8) as u16);
+    data.bytes().fill(0xee);
+    assert_eq!(nvm::Status::of(&io.run(&c)).packed(), 0);
+    check_pattern(data.bytes(), 100 * 512);
+}
