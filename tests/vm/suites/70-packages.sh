@@ -24,7 +24,7 @@ bad() { FAILS+=("$*"); echo "packages: FAIL: $*"; }
 die() { echo "packages suite FAIL: $*"; exit 1; }
 
 DEBS=$REPO/target/vmstage/debs
-PKGS=(libgdrapi2 libgdrapi-dev libgdsync2 libgdsync-dev gdrdrv-dkms gdrcopy-tests gdrcopy)
+PKGS=(libgdrapi2 libgdrapi-dev libgdsync2 libgdsync-dev libnvm libnvm-dev gdrdrv-dkms gdrcopy-tests gdrcopy)
 KVER=$(uname -r)
 
 # --- 0. a private, throw-away view of /usr /etc /var -----------------------------------------
@@ -198,13 +198,38 @@ python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["gpudirect
 	"$VMTEST_OUT/gdrcopy_diag-vm.json" || bad "gdrcopy_diag --json is not valid or not a working gdrdrv path"
 unset LD_LIBRARY_PATH
 
+step "a libnvm consumer built with pkg-config against the packages"
+cat > "$T/nvm_consumer.c" <<'C'
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <nvm_ctrl.h>
+#include <nvm_error.h>
+int main(void)
+{
+	nvm_ctrl_t *ctrl = NULL;
+	/* no module node behind this fd: the library must refuse it with an errno, not crash */
+	int err = nvm_ctrl_init(&ctrl, -1);
+	printf("nvm_ctrl_init(-1): %d (%s)\n", err, nvm_strerror(err));
+	return err > 0 && ctrl == NULL && strlen(nvm_strerror(err)) > 0 ? 0 : 1;
+}
+C
+if gcc -Wall -Wextra -Werror -o "$T/nvm_consumer" "$T/nvm_consumer.c" $(pkg-config --cflags --libs nvm); then
+	"$T/nvm_consumer" || bad "the libnvm consumer did not get an error for a bad fd"
+	lib=$(ldd "$T/nvm_consumer" | awk '$1 == "libnvm.so" { print $3 }')
+	[ "$(readlink -f "$lib")" = /usr/lib/x86_64-linux-gnu/libnvm.so ] && dpkg -S /usr/lib/x86_64-linux-gnu/libnvm.so | grep -q '^libnvm:' ||
+		bad "the consumer loads libnvm.so from '$lib', not from the libnvm package"
+else
+	bad "a libnvm consumer does not build with pkg-config --cflags --libs nvm against the packages"
+fi
+
 [ "$(stat_of active_pins)" = "$PINS0" ] || bad "gpusim active_pins $(stat_of active_pins), was $PINS0"
 [ "$(stat_of free_pages)" = "$FREE0" ] || bad "gpusim free_pages $(stat_of free_pages), was $FREE0"
 
 # --- 4. purge --------------------------------------------------------------------------------
 files=$(dpkg -L "${PKGS[@]}" 2>/dev/null | sort -u)
 step "dpkg --purge"
-DEBIAN_FRONTEND=noninteractive timeout -k 10 600 dpkg --purge gdrcopy gdrcopy-tests libgdsync-dev libgdsync2 libgdrapi-dev \
+DEBIAN_FRONTEND=noninteractive timeout -k 10 600 dpkg --purge gdrcopy gdrcopy-tests libgdsync-dev libgdsync2 libnvm-dev libnvm libgdrapi-dev \
 	gdrdrv-dkms libgdrapi2 < /dev/null 2>&1 | tee "$VMTEST_OUT/70-dpkg-purge.log"
 rc=${PIPESTATUS[0]}
 [ "$rc" = 0 ] || bad "dpkg --purge failed (exit $rc)"
