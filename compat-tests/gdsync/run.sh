@@ -4,6 +4,8 @@
 #   2. sizeof/offsetof of every public struct and embedded peer-direct type (abi_layout.c);
 #   3. the exported dynamic symbol set equals symbols.expected, soname libgdsync.so.2, no libcuda/
 #      libibverbs/libgdrapi link dependency;
+#   1b. a program that includes one MOFED-era header and nothing else gets the standard headers
+#       MOFED's brought (fprintf, exit, malloc, errno, ...): mofed_std_headers.c;
 #   2b. a program in the shape of upstream's tests (MOFED header names, BEGIN_C_DECLS, exp opcodes,
 #       mlx5 info helpers, device.cuh's S::T) builds against an installed prefix with only
 #       `pkg-config --cflags --libs gdsync`, -Werror, as C and C++, and runs (mofed_consumer.c);
@@ -71,6 +73,13 @@ int f(enum ibv_exp_wr_opcode);
 END_C_DECLS'
 hdr_case "compat infiniband/peer_ops.h" '#include <infiniband/peer_ops.h>
 #include <gdsync.h>'
+# MOFED's headers brought stdio/stdlib/errno/string/pthread with them and MOFED programs rely on it:
+# one header each way (verbs_exp.h, peer_ops.h, gdsync.h), nothing else included, built and run.
+for via in 1 2 3; do
+    gcc "${CFLAGS_C[@]}" -DGDS_STD_VIA=$via "$here/mofed_std_headers.c" -x none -o "$out/std_headers_c" -lpthread \
+        && "$out/std_headers_c" > /dev/null || bad "mofed_std_headers.c (GDS_STD_VIA=$via) as C"
+    g++ "${CFLAGS_CXX[@]}" -DGDS_STD_VIA=$via -c "$here/mofed_std_headers.c" -o /dev/null || bad "mofed_std_headers.c (GDS_STD_VIA=$via) as C++"
+done
 # Where real MOFED headers sit later on the include path, the compatibility ones hand over to them.
 mkdir -p "$out/fake-mofed/infiniband"
 printf '#define INFINIBAND_VERBS_EXP_H\n#define FAKE_MOFED_VERBS_EXP 1\n' > "$out/fake-mofed/infiniband/verbs_exp.h"

@@ -18,6 +18,8 @@
 #ifndef PEER_OPS_H
 #define PEER_OPS_H
 
+/* MOFED's peer_ops.h includes these three; programs use errno values (ENOSYS, ...) through it. */
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 

@@ -11,6 +11,14 @@
 
 #include <stddef.h>
 #include <stdint.h>
+/*
+ * MOFED's verbs_exp.h includes <stdio.h> and <stdlib.h> (its inline helpers call fprintf), and
+ * MOFED's verbs.h and peer_ops.h include it in turn: programs written for MOFED, upstream
+ * libgdsync's test helpers among them, call fprintf/exit/malloc relying on that. rdma-core's
+ * verbs.h brings stdint, pthread, stddef, errno and string as MOFED's did.
+ */
+#include <stdio.h>
+#include <stdlib.h>
 #include <infiniband/verbs.h>
 #include <gdsync/peer_ops.h>
 

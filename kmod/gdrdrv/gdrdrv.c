@@ -91,8 +91,11 @@ MODULE_PARM_DESC(use_persistent_mapping,
 #define gdr_msg(level, fmt, ...) \
 	printk(level DEVNAME ":%s:" fmt, __func__, ##__VA_ARGS__)
 
-/* Errors are logged at debug level (as the original driver does) and rate limited: user space
- * can trigger them at will.
+/* Levels follow the original driver. Errors are logged at debug level and rate limited (user
+ * space can trigger them at will). Refusals that are routine for a working program (an mmap of an
+ * unaligned or invalidated pin, a file used by a process that did not open it, an attribute or
+ * mapping type this machine lacks) and traces go through gdr_dbg, printed only with
+ * dbg_enabled=1; per-pin and per-map events through gdr_info (info_enabled=1).
  */
 #define gdr_err(fmt, ...) \
 	printk_ratelimited(KERN_DEBUG DEVNAME ":%s:" fmt, __func__, ##__VA_ARGS__)
@@ -658,7 +661,7 @@ static int ioctl_get_attr(void __user *arg)
 		p.val = force_pcie_supported();
 		break;
 	default:
-		gdr_err("unknown attribute %u\n", p.attr);
+		gdr_dbg("unknown attribute %u\n", p.attr);
 		ret = -EINVAL;
 		break;
 	}
@@ -709,7 +712,7 @@ static int ioctl_req_mapping_type(struct gdr_file *gf, void __user *arg)
 		r->req_mapping_type = p.mapping_type;
 	up_write(&r->sem);
 	if (ret)
-		gdr_err("mapping type %u refused for handle 0x%llx: %d\n", p.mapping_type,
+		gdr_dbg("mapping type %u refused for handle 0x%llx: %d\n", p.mapping_type,
 			p.handle, ret);
 	return ret;
 }
@@ -736,7 +739,7 @@ static long gdrdrv_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 	if (!gf)
 		return -EIO;
 	if (!caller_owns(gf)) {
-		gdr_err("file opened by another process\n");
+		gdr_dbg("file opened by another process\n");
 		return -EACCES;
 	}
 
@@ -924,33 +927,33 @@ static int gdrdrv_mmap(struct file *filp, struct vm_area_struct *vma)
 	if (!gf)
 		return -EIO;
 	if (!caller_owns(gf)) {
-		gdr_err("file opened by another process\n");
+		gdr_dbg("file opened by another process\n");
 		return -EACCES;
 	}
 	r = region_get(gf, vma->vm_pgoff, true);
 	if (!r) {
-		gdr_err("unknown handle 0x%lx\n", vma->vm_pgoff);
+		gdr_dbg("unknown handle 0x%lx\n", vma->vm_pgoff);
 		return -EINVAL;
 	}
 
 	if (r->mapping_type != GDR_MR_NONE || r->vma_count) {
-		gdr_err("handle 0x%llx is already mapped\n", r->handle);
+		gdr_dbg("handle 0x%llx is already mapped\n", r->handle);
 		goto out;
 	}
 	if (r->cb_flag) {
-		gdr_err("handle 0x%llx was invalidated by its free callback\n", r->handle);
+		gdr_dbg("handle 0x%llx was invalidated by its free callback\n", r->handle);
 		goto out;
 	}
 	if (!r->page_table || !r->page_table->entries) {
-		gdr_err("handle 0x%llx has no pages\n", r->handle);
+		gdr_dbg("handle 0x%llx has no pages\n", r->handle);
 		goto out;
 	}
 	if (r->offset) {
-		gdr_err("pinned address is not 64 KiB aligned (offset 0x%llx)\n", r->offset);
+		gdr_dbg("pinned address is not 64 KiB aligned (offset 0x%llx)\n", r->offset);
 		goto out;
 	}
 	if (size > (u64)r->page_table->entries * GPU_PAGE_SIZE || size > r->mapped_size) {
-		gdr_err("mapping of 0x%lx bytes exceeds the pinned 0x%llx\n", size,
+		gdr_dbg("mapping of 0x%lx bytes exceeds the pinned 0x%llx\n", size,
 			r->mapped_size);
 		goto out;
 	}
@@ -959,7 +962,7 @@ static int gdrdrv_mmap(struct file *filp, struct vm_area_struct *vma)
 	 * always maps MAP_SHARED.
 	 */
 	if (!(vma->vm_flags & VM_SHARED)) {
-		gdr_err("only MAP_SHARED mappings are supported\n");
+		gdr_dbg("only MAP_SHARED mappings are supported\n");
 		goto out;
 	}
 

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Builds, on the development machine, what libgdrapi/gpu-bench/run.sh needs on the GPU machine
 # (which has no cargo): target/gdrapi-gpu/{copy_engines, lib/libgdrapi.so.2, lib/libcuda.so.1,
-# base/libgdrapi.so.2}. libcuda.so.1 is the project's simulated driver (cudasim): the bench's
+# lib/libcuda.so -> libcuda.so.1, base/libgdrapi.so.2}. libcuda.so.1 is the project's simulated driver (cudasim): the bench's
 # "BAR" is cudasim memory exported as a dma-buf, because the GPU machine cannot load gdrdrv and
 # its driver's dma-buf mmap does not work, so the numbers are instruction costs on cached memory
 # (docs/performance.md says what they mean and what they do not).
@@ -22,6 +22,9 @@ bench=$(scripts/copy-bench-path)
 strip -o "$B/copy_engines" "$bench"
 strip -o "$B/lib/libgdrapi.so.2" target/release/libgdrapi.so
 strip -o "$B/lib/libcuda.so.1" target/release/libcuda.so
+# Both names of the driver library: ours loads libcuda.so.1, upstream 2.6's libgdrapi dlopens the
+# unversioned libcuda.so (without it, its gdr_open returns NULL and there is nothing to compare).
+ln -s libcuda.so.1 "$B/lib/libcuda.so"
 base=${1:-}
 if [ -z "$base" ]; then
     cp "$B/lib/libgdrapi.so.2" "$B/base/libgdrapi.so.2"

@@ -157,15 +157,15 @@ pub struct Seg {
     pub off: u64,
     pub len: u64,
     pub fd: Arc<Fd>,
-    /// Handed out by cuMemGetHandleForAddressRange: never split again (its fd must keep
-    /// sharing memory with the device range).
+    /// Handed out by cuMemGetHandleForAddressRange and, when last looked, still held outside
+    /// cudasim: not split or moved (its fd must keep sharing memory with the device range).
     pub exported: bool,
 }
 
 pub enum RegionMem {
     /// Host backend: anonymous memory.
     Anon,
-    /// Host backend with dma-buf export: memfds, split at export starts (see dmabuf_fd).
+    /// Host backend with dma-buf export: memfds, re-cut at export bounds (see host_export_seg).
     Memfd(Vec<Seg>),
     /// One gpusim allocation, mapped at its GPU VA.
     Gpusim,
@@ -994,8 +994,10 @@ impl Driver {
             return self.gpusim_dmabuf_fd(g, ptr, size, flags);
         }
         let end = ptr.checked_add(size).ok_or(err::INVALID_VALUE)?;
-        // A split below copies memory: let no queued stream operation write it meanwhile.
-        self.drain(ptr, end);
+        // A split or merge below copies memory of the region, also outside [ptr, end): let no
+        // queued stream operation write the region meanwhile.
+        let (lo, hi) = self.tables().region(ptr).map_or((ptr, end), |reg| (reg.base, reg.end()));
+        self.drain(lo, hi.max(end));
         let mut t = self.tables();
         let fd = if let Some(r) = t.find(ptr).filter(|r| r.kind == Kind::Vmm) {
             let (fd, maplen) = match (&r.backing, r.base == ptr) {
@@ -1021,8 +1023,9 @@ impl Driver {
                 }
             };
             let reg = t.regions.get_mut(&rb).expect("found above");
+            let reg_len = reg.len;
             let RegionMem::Memfd(segs) = &mut reg.mem else { return Err(err::INVALID_VALUE) };
-            host_export_seg(segs, rb, ptr, size)?
+            host_export_seg(segs, (rb, reg_len), ptr, size)?
         };
         fd.dup_raw().map_err(|e| {
             crate::log!("dup of the allocation's memfd failed: {e}");
@@ -1390,19 +1393,30 @@ fn host_map_memfd(len: u64) -> R<(u64, Fd)> {
     Ok((base, fd))
 }
 
-/// Host backend: the memfd whose offset 0 is `ptr`, for a "dma-buf" of `[ptr, ptr+size)` in the
-/// region at `rb`. A memfd cannot start at an offset, so a segment not yet exported is split at
-/// `ptr` (and at the range's end): the pieces move into new memfds mapped over the same addresses
-/// (contents copied). An exported segment is never split again (its fd must keep sharing memory
-/// with the device), so a range starting inside one, or running past its end, is refused.
-fn host_export_seg(segs: &mut Vec<Seg>, rb: u64, ptr: u64, size: u64) -> R<Arc<Fd>> {
-    let off = ptr - rb;
+/// The memfd a host-memory dma-buf export of `[ptr, ptr+size)` hands out: offset 0 of the file is
+/// `ptr`, and the region's own mapping of the range is that file, so device memory and every
+/// mapping of the dma-buf share pages. `region` is (base, length).
+///
+/// CUDA exports any page range, overlapping earlier exports or not. Here a file's offset 0 must
+/// be the export's start, so the region's memfd pieces are re-cut to fit: a piece nobody holds
+/// any more (no descriptor and no mapping of it outside cudasim, `export_held`) may be split or
+/// absorbed like one never exported, and an export from the start of a held piece may grow it over
+/// the pieces behind it. What no memfd layout can give is two held exports that overlap with
+/// different starts: a page lives at one offset of one file. That export is refused (on gpusim,
+/// kernel dma-bufs cover any range).
+fn host_export_seg(segs: &mut Vec<Seg>, region: (u64, u64), ptr: u64, size: u64) -> R<Arc<Fd>> {
+    let rb = region.0;
+    let (off, end) = (ptr - rb, ptr - rb + size);
+    // An export nobody holds any more pins nothing.
+    for s in segs.iter_mut().filter(|s| s.exported && s.off < end && off < s.off + s.len) {
+        s.exported = export_held(&s.fd, region);
+    }
     let mut i = segs.iter().position(|s| s.off <= off && off < s.off + s.len).ok_or(err::INVALID_VALUE)?;
     if segs[i].off != off {
         if segs[i].exported {
             crate::log!(
-                "dma-buf export of {ptr:#x}: starts inside the exported range {:#x}+{:#x}; host-memory dma-bufs \
-                 (memfds) cannot overlap with different starts (use gpusim)",
+                "dma-buf export of {ptr:#x}: starts inside the exported range {:#x}+{:#x}, which is still held; \
+                 host-memory dma-bufs (memfds) cannot overlap with different starts (use gpusim)",
                 rb + segs[i].off,
                 segs[i].len
             );
@@ -1414,24 +1428,70 @@ fn host_export_seg(segs: &mut Vec<Seg>, rb: u64, ptr: u64, size: u64) -> R<Arc<F
         i += 1;
         segs.insert(i, Seg { off, len: tail, fd: Arc::new(fd), exported: false });
     }
-    // A first export also splits at its end, so that the rest of the region stays exportable.
+    // Runs past its piece: absorb the pieces behind it (a held one cannot be moved).
+    while segs[i].off + segs[i].len < end {
+        let j = i + 1;
+        if segs[j].exported {
+            crate::log!(
+                "dma-buf export of {ptr:#x}+{size:#x}: runs into the exported range {:#x}+{:#x}, which is still held; \
+                 host-memory dma-bufs (memfds) cannot overlap with different starts (use gpusim)",
+                rb + segs[j].off,
+                segs[j].len
+            );
+            return Err(err::INVALID_VALUE);
+        }
+        let (joff, jlen) = (segs[j].off, segs[j].len);
+        if joff + jlen > end {
+            let fd = host_split(rb + end, joff + jlen - end)?;
+            segs[j].len = end - joff;
+            segs.insert(j + 1, Seg { off: end, len: joff + jlen - end, fd: Arc::new(fd), exported: false });
+        }
+        let jlen = segs[j].len;
+        host_move(rb + joff, jlen, &segs[i].fd, joff - off)?;
+        segs[i].len += jlen;
+        segs.remove(j);
+    }
+    // An export that is not held also splits at its end, so the rest of the region stays
+    // exportable from any start while this one is held.
     let (soff, slen) = (segs[i].off, segs[i].len);
-    if !segs[i].exported && off + size < soff + slen {
-        let tail = soff + slen - (off + size);
-        let fd = host_split(ptr + size, tail)?;
+    if !segs[i].exported && end < soff + slen {
+        let tail = soff + slen - end;
+        let fd = host_split(rb + end, tail)?;
         segs[i].len = size;
-        segs.insert(i + 1, Seg { off: off + size, len: tail, fd: Arc::new(fd), exported: false });
+        segs.insert(i + 1, Seg { off: end, len: tail, fd: Arc::new(fd), exported: false });
     }
     let s = &mut segs[i];
-    if off + size > s.off + s.len {
-        crate::log!(
-            "dma-buf export of {ptr:#x}+{size:#x}: runs into another exported range at {:#x} (host memory limit; use gpusim)",
-            rb + s.off + s.len
-        );
-        return Err(err::INVALID_VALUE);
-    }
     s.exported = true;
     Ok(Arc::clone(&s.fd))
+}
+
+/// Whether the memfd `fd` of an exported piece is still held outside cudasim in this process: a
+/// descriptor other than cudasim's own, or a mapping outside the region's own addresses (`region`
+/// is base, length). A dma-buf passed to another process is not seen (a limit of host memory
+/// mode; on gpusim the kernel keeps the dma-buf). When /proc cannot be read, it counts as held.
+fn export_held(fd: &Fd, region: (u64, u64)) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(me) = std::fs::metadata(format!("/proc/self/fd/{}", fd.0)) else { return true };
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return true };
+    for e in dir.flatten() {
+        if e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) == Some(fd.0) {
+            continue;
+        }
+        if std::fs::metadata(e.path()).is_ok_and(|m| m.dev() == me.dev() && m.ino() == me.ino()) {
+            return true;
+        }
+    }
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return true };
+    let ino = me.ino().to_string();
+    maps.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 6 || f[4] != ino || !f[5].starts_with("/memfd:cudasim-device") {
+            return false;
+        }
+        let Some((a, b)) = f[0].split_once('-') else { return true };
+        let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else { return true };
+        a < region.0 || b > region.0 + region.1
+    })
 }
 
 /// Moves `[addr, addr+len)` (host-page aligned, our own shared mapping) into a new memfd mapped
@@ -1441,20 +1501,38 @@ fn host_split(addr: u64, len: u64) -> R<Fd> {
         crate::log!("memfd of {len:#x} bytes failed: {e}");
         err::OUT_OF_MEMORY
     })?;
-    // SAFETY: a fresh shared mapping of the new memfd at a kernel-chosen address.
-    let tmp = unsafe { sys::mmap_raw(0, len, sys::PROT_READ | sys::PROT_WRITE, sys::MAP_SHARED, fd.0, 0) }
+    host_move(addr, len, &fd, 0)?;
+    Ok(fd)
+}
+
+/// Moves `[addr, addr+len)` (host-page aligned, our own shared mapping of a piece nobody else
+/// holds) to offset `file_off` of the memfd `fd`, mapped at the same addresses, keeping the
+/// contents; the file grows to hold it (never shrinks: other mappings of it stay valid).
+fn host_move(addr: u64, len: u64, fd: &Fd, file_off: u64) -> R<()> {
+    let need = file_off + len;
+    let have = std::fs::metadata(format!("/proc/self/fd/{}", fd.0)).map(|m| m.len()).unwrap_or(0);
+    if have < need {
+        sys::set_len(fd, need).map_err(|e| {
+            crate::log!("growing a memfd to {need:#x} bytes failed: {e}");
+            err::OUT_OF_MEMORY
+        })?;
+    }
+    // SAFETY: a fresh shared mapping of the memfd at a kernel-chosen address.
+    let tmp = unsafe { sys::mmap_raw(0, len, sys::PROT_READ | sys::PROT_WRITE, sys::MAP_SHARED, fd.0, file_off) }
         .map_err(|_| err::OUT_OF_MEMORY)?;
-    // SAFETY: [addr, addr+len) is mapped readable device memory of ours (a region segment) and
+    // SAFETY: [addr, addr+len) is mapped readable device memory of ours (a region piece) and
     // [tmp, tmp+len) the fresh mapping above; they do not overlap.
     unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, tmp as *mut u8, len as usize) };
     // SAFETY: our temporary mapping, referenced by nothing.
     let _ = unsafe { sys::unmap(tmp, len) };
-    // SAFETY: [addr, addr+len) is our own region mapping; replacing it with the same contents
-    // from the new memfd changes nothing anyone else holds (the old segment was never exported).
-    unsafe { sys::mmap_raw(addr, len, sys::PROT_READ | sys::PROT_WRITE, sys::MAP_SHARED | sys::MAP_FIXED, fd.0, 0) }
-        .map_err(|e| {
-            crate::log!("remapping {addr:#x}+{len:#x} onto a new memfd failed: {e}");
-            err::OUT_OF_MEMORY
-        })?;
-    Ok(fd)
+    // SAFETY: [addr, addr+len) is our own region mapping of a piece no one else holds; replacing
+    // it with the same contents from `fd` changes nothing anyone else sees.
+    unsafe {
+        sys::mmap_raw(addr, len, sys::PROT_READ | sys::PROT_WRITE, sys::MAP_SHARED | sys::MAP_FIXED, fd.0, file_off)
+    }
+    .map_err(|e| {
+        crate::log!("remapping {addr:#x}+{len:#x} onto a memfd failed: {e}");
+        err::OUT_OF_MEMORY
+    })?;
+    Ok(())
 }

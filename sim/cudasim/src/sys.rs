@@ -112,6 +112,12 @@ pub fn memfd(name: &CStr, len: u64) -> io::Result<Fd> {
     Ok(fd)
 }
 
+/// Sets the size of the file behind `fd` (a memfd we own).
+pub fn set_len(fd: &Fd, len: u64) -> io::Result<()> {
+    // SAFETY: ftruncate on a descriptor we own; no memory is passed.
+    check(unsafe { ftruncate(fd.0, len as i64) }).map(|_| ())
+}
+
 pub fn open_rdwr(path: &CStr) -> io::Result<Fd> {
     // SAFETY: path is a valid NUL-terminated string.
     Ok(Fd(check(unsafe { open(path.as_ptr(), O_RDWR | O_CLOEXEC) })?))

@@ -421,6 +421,165 @@ fn child_dmabuf() {
 }
 
 #[test]
+fn dmabuf_overlapping_exports() {
+    run_child("child_dmabuf_overlap", &[("CUDASIM_DMABUF", "1"), ("CUDASIM_BACKEND", "host")]);
+}
+
+/// One exported range as a consumer holds it: the descriptor and a shared mapping of it.
+struct View {
+    fd: c_int,
+    p: *mut u8,
+    len: usize,
+}
+
+impl View {
+    /// The `len` bytes as this view sees them now.
+    fn bytes(&self) -> Vec<u8> {
+        // SAFETY: p is a live shared mapping of len bytes until drop; copied out at once, as other
+        // mappings of the same memory may write it later.
+        unsafe { std::slice::from_raw_parts(self.p, self.len) }.to_vec()
+    }
+
+    /// Writes one byte through this view.
+    fn set(&self, i: usize, v: u8) {
+        assert!(i < self.len);
+        // SAFETY: inside the live shared mapping (checked above).
+        unsafe { self.p.add(i).write_volatile(v) }
+    }
+}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        // SAFETY: our mapping and descriptor, released once.
+        unsafe {
+            munmap(self.p as *mut c_void, self.len);
+            close(self.fd);
+        }
+    }
+}
+
+/// CUDA exports any page range of an allocation, overlapping earlier exports or not, and gdrcopy's
+/// apiperf pins growing sizes from one start: host-memory dma-bufs must allow it too. Every view
+/// is checked against a model of the device memory, and writes through views, the device and
+/// cuMemcpy must be seen by every other view of the same bytes.
+#[test]
+fn child_dmabuf_overlap() {
+    if !is_child("child_dmabuf_overlap") {
+        return;
+    }
+    const P: usize = 65536;
+    const PROT_RW: c_int = 3;
+    const MAP_SHARED: c_int = 1;
+    let cu = Cuda::load();
+    cu.up();
+    // SAFETY: each type is the cuda.h prototype of that entry point.
+    let (export, htod, dtoh) = unsafe {
+        (
+            cu.f::<FnHandle>(c"cuMemGetHandleForAddressRange"),
+            cu.f::<FnHtoD>(c"cuMemcpyHtoD"),
+            cu.f::<FnDtoH>(c"cuMemcpyDtoH"),
+        )
+    };
+    let size = 8 * P;
+    let mut p = 0u64;
+    // SAFETY: signatures as in cuda.h; valid out-pointers and buffers of the sizes passed.
+    unsafe { assert_eq!(cu.f::<FnAlloc>(c"cuMemAlloc")(&mut p, size), SUCCESS) };
+    let mut model: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+    // SAFETY: as above.
+    unsafe { assert_eq!(htod(p, model.as_ptr() as *const c_void, size), SUCCESS) };
+    let try_export = |off: usize, len: usize| -> Result<c_int, u32> {
+        let mut fd: c_int = -1;
+        // SAFETY: the handle is an int for a dma-buf fd.
+        let r = unsafe { export(&mut fd as *mut c_int as *mut c_void, p + off as u64, len, 1, 0) };
+        if r == SUCCESS { Ok(fd) } else { Err(r) }
+    };
+    let view = |off: usize, len: usize| -> View {
+        let fd = try_export(off, len).unwrap_or_else(|r| panic!("export of +{off:#x}+{len:#x} returned {r}"));
+        // SAFETY: a shared mapping of the exported descriptor, as gdrcopy's dma-buf backend makes.
+        let m = unsafe { mmap(null_mut(), len, PROT_RW, MAP_SHARED, fd, 0) };
+        assert_ne!(m as isize, -1, "mmap of the export +{off:#x}+{len:#x}");
+        View { fd, p: m as *mut u8, len }
+    };
+    let device = || -> Vec<u8> {
+        let mut d = vec![0u8; size];
+        // SAFETY: as above.
+        unsafe { assert_eq!(dtoh(d.as_mut_ptr() as *mut c_void, p, size), SUCCESS) };
+        d
+    };
+    #[track_caller]
+    fn same(v: &View, model: &[u8], off: usize, what: &str) {
+        let got = v.bytes();
+        let bad = (0..v.len).find(|&i| got[i] != model[off + i]);
+        assert!(bad.is_none(), "{what}: first wrong byte at +{:#x}", off + bad.unwrap_or(0));
+    }
+
+    // Growing from one start, every export still held (pinned and mapped).
+    let g1 = view(0, P);
+    let g2 = view(0, 2 * P);
+    let g4 = view(0, 4 * P);
+    for (v, n) in [(&g1, "1"), (&g2, "2"), (&g4, "4")] {
+        same(v, &model, 0, &format!("growing export of {n} pages"));
+    }
+    g4.set(P + 5, 0xa5);
+    model[P + 5] = 0xa5;
+    g1.set(7, 0x5a);
+    model[7] = 0x5a;
+    assert_eq!(device(), model, "writes through the views reach device memory");
+    same(&g2, &model, 0, "a write through the 4-page view, seen in the 2-page view");
+    same(&g4, &model, 0, "a write through the 1-page view, seen in the 4-page view");
+    // The same start, smaller again, while the larger ones are held.
+    let g_half = view(0, P / 2);
+    same(&g_half, &model, 0, "a shorter export from the same start");
+
+    // Exports nested in and overlapping the ones above (different starts), once those are released;
+    // one view of the middle stays held throughout and must keep sharing the device's bytes.
+    drop((g1, g2, g4, g_half));
+    // apiperf's loop: pin, map, copy, unmap, unpin, at growing sizes from one start.
+    for pages in 1..=5 {
+        let v = view(P, pages * P);
+        same(&v, &model, P, &format!("apiperf-style export of {pages} pages from one start"));
+    }
+    let held = view(2 * P, P);
+    same(&held, &model, 2 * P, "an export nested in a released one");
+    for (off, len) in [(P, P), (P / 2, 3 * P / 2), (3 * P, 3 * P), (4 * P, P), (3 * P + 4096, 2 * P)] {
+        let v = view(off, len);
+        same(&v, &model, off, &format!("export +{off:#x}+{len:#x} after the earlier ones were released"));
+        v.set(len - 1, v.bytes()[len - 1] ^ 0xff);
+        model[off + len - 1] ^= 0xff;
+    }
+    let bytes: Vec<u8> = (0..P).map(|i| (i * 3 % 256) as u8).collect();
+    // SAFETY: as above.
+    unsafe { assert_eq!(htod(p + 2 * P as u64, bytes.as_ptr() as *const c_void, P), SUCCESS) };
+    model[2 * P..3 * P].copy_from_slice(&bytes);
+    same(&held, &model, 2 * P, "the view held across every re-cut around it");
+    assert_eq!(device(), model, "device memory after every re-cut");
+
+    // What no memfd layout can give: two exports held at once that overlap with different
+    // starts. Refused while the first is held by a descriptor alone or by a mapping alone; once
+    // released, the same export works.
+    assert_eq!(try_export(2 * P + 4096, 4096), Err(INVALID_VALUE), "inside a held export");
+    assert_eq!(try_export(P, 2 * P), Err(INVALID_VALUE), "running into a held export");
+    let fd_only = try_export(5 * P, 2 * P).expect("export");
+    assert_eq!(try_export(6 * P, P), Err(INVALID_VALUE), "inside an export whose descriptor is held");
+    // SAFETY: our descriptor.
+    unsafe { close(fd_only) };
+    let mapped = view(5 * P, 2 * P);
+    let (m, len) = (mapped.p, mapped.len);
+    // SAFETY: our descriptor; the mapping stays.
+    unsafe { close(mapped.fd) };
+    std::mem::forget(mapped);
+    assert_eq!(try_export(6 * P, P), Err(INVALID_VALUE), "inside an export whose mapping is held");
+    // SAFETY: the mapping made above, not used after.
+    unsafe { munmap(m as *mut c_void, len) };
+    let v = view(6 * P, P);
+    same(&v, &model, 6 * P, "the same export once the overlapping one is released");
+    drop((v, held));
+    assert_eq!(device(), model, "device memory at the end");
+    // SAFETY: as above.
+    unsafe { assert_eq!(cu.f::<FnFree>(c"cuMemFree")(p), SUCCESS) };
+}
+
+#[test]
 fn wait_timeout_makes_the_stream_fail() {
     run_child("child_timeout", &[("CUDASIM_WAIT_TIMEOUT_MS", "100")]);
 }

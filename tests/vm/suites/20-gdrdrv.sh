@@ -99,6 +99,18 @@ run_tests() { # <persistent 0|1> [test names]
 	"$BIN" --persistent="$@" || fail "gdrdrv_test --persistent=$* failed"
 }
 
+# Routine events are logged only with dbg_enabled=1 (refusals a working program meets: an mmap
+# of an unaligned, invalidated or unknown pin, a file used by a process that did not open it, an
+# attribute or mapping type this machine lacks) or info_enabled=1 (each pin and map), as
+# upstream's module does: they must not fill a production kernel log.
+ROUTINE='gdrdrv:(gdrdrv_ioctl:file opened by another process|gdrdrv_mmap:|ioctl_get_attr:unknown attribute|ioctl_req_mapping_type:mapping type [0-9]+ refused|[a-z_]+:(pinned|mapped) handle )'
+kmsg_mark() { echo "gdrdrv-suite: mark $1" > /dev/kmsg; }
+log_since() { # <mark>: the kernel log after that mark (a here-string: see pass 1)
+	local klog
+	klog=$(dmesg)
+	awk -v m="gdrdrv-suite: mark $1" 'found { print } index($0, m) { found = 1 }' <<<"$klog"
+}
+
 # --- module metadata and parameters --------------------------------------------------------
 step "metadata"
 [ "$(modinfo -F license "$KO")" = "Dual MIT/GPL" ] || fail "license"
@@ -132,8 +144,14 @@ info_enabled: 0"
 [ ! -e /proc/driver/gdrdrv/nv_get_pages_refcount ] || fail "refcount file without dbg_enabled"
 if [ "$HAVE_PAT" = 1 ]; then PAT_BEFORE=$(bar_memtypes); else
 	echo "# PAT checks skipped: $PAT or $GSTATS not readable"; PAT_BEFORE=; fi
+kmsg_mark pass1
 run_tests 1
 check_pat_clean "$PAT_BEFORE"
+since=$(log_since pass1)
+grep -q . <<<"$since" || fail "the kernel log lost the pass 1 mark"
+routine=$(grep -E "$ROUTINE" <<<"$since" || true)
+[ -z "$routine" ] || fail "routine events logged without dbg_enabled/info_enabled:
+$(head -20 <<<"$routine")"
 
 # --- pass 2: non-persistent, with traces -----------------------------------------------------
 step "pass 2: use_persistent_mapping=0 dbg_enabled=1 info_enabled=1"
@@ -150,6 +168,15 @@ expect_file $REFC 0
 run_tests 0
 expect_file $REFC 0
 check_pat_clean "$PAT_BEFORE"
+# The same routine events are logged once asked for (a short run, so the ring buffer keeps it).
+kmsg_mark pass2
+run_tests 0 mmap_checks fork
+since=$(log_since pass2)
+for want in 'gdrdrv_ioctl:file opened by another process' 'gdrdrv_mmap:file opened by another process' \
+	'gdrdrv_mmap:pinned address is not 64 KiB aligned' 'gdrdrv_mmap:handle 0x[0-9a-f]+ is already mapped' \
+	'pin_region:pinned handle ' 'gdrdrv_mmap:mapped handle '; do
+	grep -qE "gdrdrv:$want" <<<"$since" || fail "with dbg_enabled=1 info_enabled=1 the log lacks 'gdrdrv:$want'"
+done
 
 step "unload refused while a process holds pins and mappings"
 mkfifo "$WORK/hold.fifo"

@@ -12,7 +12,7 @@
 #      (free-callback invalidation, and the extended leakage case, which needs the debug
 #      refcount file);
 #   3. the dma-buf mmap backend (cudasim in host-memory mode exporting memfd dma-bufs):
-#      gdrcopy_sanity and copybw with GDRCOPY_USE_DMABUF_MMAP=1;
+#      gdrcopy_sanity, copybw and apiperf with GDRCOPY_USE_DMABUF_MMAP=1;
 #   4. cudasim as coherent platforms (CUDASIM_PLATFORM=coherent, Grace Hopper-like, and
 #      coherent-cc10, where FORCE_PCIE applies): gdrcopy_sanity, all cases but one (see there).
 #   5. the dma-buf mmap backend on kernel dma-bufs (cudasim on gpusim, which exports the BAR
@@ -101,10 +101,7 @@ run() {
 #  forcepci/mix_mappings: cudasim's GPU is not cache-coherent (attribute 100 = 0) and gdrdrv
 #    reports no FORCE_PCIE support in non-persistent mode; basic_with_tokens: persistent mode
 #    refuses P2P tokens; leakage_pin_pages_fork: needs the debug refcount (dbg_enabled=1, pass 2);
-#  dma-buf: one mapping type per pin, no gdrdrv per-process ownership to check, and cudasim
-#    in host memory cannot export a range starting inside an earlier export (its memfd pieces
-#    are never split again, docs/cudasim.md): basic_unaligned_mapping's aligned pin starts inside
-#    its unaligned one's pages. On gpusim's kernel dma-bufs it runs.
+#  dma-buf: one mapping type per pin, and no gdrdrv per-process ownership to check.
 FORCEPCI="basic_v2_forcepci_cumemalloc basic_v2_forcepci_vmmalloc data_validation_mix_mappings_cumemalloc
 	data_validation_v2_forcepci_cumemalloc"
 WAIVERS_default_e="$FORCEPCI basic_with_tokens leakage_pin_pages_fork_cumemalloc"
@@ -113,15 +110,14 @@ WAIVERS_nonpersistent_e="$FORCEPCI"
 WAIVERS_coherent="basic_v2_forcepci_cumemalloc basic_v2_forcepci_vmmalloc data_validation_v2_forcepci_cumemalloc
 	basic_with_tokens leakage_pin_pages_fork_cumemalloc"
 WAIVERS_coherent_cc10="basic_with_tokens leakage_pin_pages_fork_cumemalloc"
-WAIVERS_dmabuf="$FORCEPCI basic_with_tokens basic_unaligned_mapping
+WAIVERS_dmabuf="$FORCEPCI basic_with_tokens
 	invalidation_fork_after_gdr_map_cumemalloc invalidation_fork_after_gdr_map_vmmalloc
 	invalidation_fork_child_gdr_map_parent_cumemalloc invalidation_fork_child_gdr_map_parent_vmmalloc
 	invalidation_fork_child_gdr_pin_parent_with_tokens
 	invalidation_unix_sock_shared_fd_gdr_map_cumemalloc invalidation_unix_sock_shared_fd_gdr_map_vmmalloc
 	invalidation_unix_sock_shared_fd_gdr_pin_buffer_cumemalloc
 	invalidation_unix_sock_shared_fd_gdr_pin_buffer_vmmalloc"
-# gpusim's kernel dma-bufs cover any page range, so basic_unaligned_mapping runs there.
-WAIVERS_gpusim_dmabuf=$(printf '%s\n' $WAIVERS_dmabuf | grep -vx basic_unaligned_mapping)
+WAIVERS_gpusim_dmabuf=$WAIVERS_dmabuf
 
 # check_waivers <label> <sanity output>: the waived cases must be exactly the pinned ones.
 check_waivers() {
@@ -201,6 +197,10 @@ SANITY_ENV=$DMABUF_ENV sanity dmabuf
 # shellcheck disable=SC2086
 run 0 "copybw (dma-buf)" env $DMABUF_ENV "$BIN/gdrcopy_copybw" -s 131072 -w 20 -r 10
 grep -q '^info.page_size: 4096$' "$WORK/out.txt" || bad "copybw (dma-buf): not on the dma-buf backend (page size)"
+# apiperf pins growing sizes from one start address, as CUDA allows for dma-bufs too.
+# shellcheck disable=SC2086
+run 0 "apiperf (dma-buf)" env $DMABUF_ENV "$BIN/gdrcopy_apiperf" -s 262144 -n 5 -w 1
+grep -q '^Histogram of gdr_pin_buffer latency for 262144 bytes' "$WORK/out.txt" || bad "apiperf (dma-buf) lacks the histogram"
 
 # --- pass 4: coherent platforms ------------------------------------------------------------------
 # cudasim as a Grace Hopper-like (coherent, compute capability 9) and a Grace Blackwell-like

@@ -194,52 +194,107 @@ fn cuda_checks(b: &mut Builder) -> Option<Cuda> {
     Some(c)
 }
 
-fn module_checks(b: &mut Builder, sys: &Sys, m: &Module, kver: &str) {
-    let kallsyms = sys.read("/proc/kallsyms");
-    let owner = kallsyms.as_deref().and_then(|t| sys::kallsyms_owner(t, "nvidia_p2p_get_pages"));
-    let can_load = can_load_modules(sys);
-    let have_tree = sys.exists(&format!("/lib/modules/{kver}"));
-    if m.loaded {
-        b.add(
-            Finding::new(
-                "gdrdrv-module",
-                Status::Ok,
-                format!(
-                    "gdrdrv {} is loaded{}",
-                    m.version.as_deref().unwrap_or("(no version)"),
-                    m.flavor.as_deref().map(|f| format!(", built for the {f} NVIDIA driver")).unwrap_or_default()
-                ),
-            )
-            .fact("loaded", true)
-            .fact("version", m.version.clone())
-            .fact("flavor", m.flavor.clone()),
-        );
+/// What was observed about the gdrdrv module and this environment's ability to load one: the
+/// one source of the gdrdrv-module finding, whose words and JSON facts are both rendered from it
+/// (`module_finding`), so the text can never say what the facts deny.
+#[derive(Clone, Debug, Default)]
+struct ModuleFacts {
+    kver: String,
+    loaded: bool,
+    version: Option<String>,
+    flavor: Option<String>,
+    /// CAP_SYS_MODULE is in this process's effective set.
+    cap_sys_module: bool,
+    /// /lib/modules/<kver> exists (modprobe and dkms need it).
+    module_tree: bool,
+    /// An installed gdrdrv.ko for this kernel.
+    installed: Option<String>,
+    /// A gdrdrv-* source directory under /usr/src.
+    sources: Option<String>,
+}
+
+impl ModuleFacts {
+    fn gather(sys: &Sys, m: &Module, kver: &str) -> ModuleFacts {
+        ModuleFacts {
+            kver: kver.to_owned(),
+            loaded: m.loaded,
+            version: m.version.clone(),
+            flavor: m.flavor.clone(),
+            cap_sys_module: can_load_modules(sys),
+            module_tree: sys.exists(&format!("/lib/modules/{kver}")),
+            installed: installed_module(sys, kver),
+            sources: sys.list("/usr/src").into_iter().find(|n| n.starts_with("gdrdrv-")),
+        }
+    }
+
+    /// Why this environment cannot load a kernel module, in words; None when it can.
+    fn load_blocker(&self) -> Option<String> {
+        let mut why = Vec::new();
+        if !self.cap_sys_module {
+            why.push("no CAP_SYS_MODULE".to_owned());
+        }
+        if !self.module_tree {
+            why.push(format!("no /lib/modules/{}", self.kver));
+        }
+        (!why.is_empty()).then(|| why.join(", "))
+    }
+
+    fn can_load_modules(&self) -> bool {
+        self.load_blocker().is_none()
+    }
+}
+
+/// Renders the gdrdrv-module finding, text and facts alike, from `f` alone.
+fn module_finding(f: &ModuleFacts) -> Finding {
+    let finding = if f.loaded {
+        Finding::new(
+            "gdrdrv-module",
+            Status::Ok,
+            format!(
+                "gdrdrv {} is loaded{}",
+                f.version.as_deref().unwrap_or("(no version)"),
+                f.flavor.as_deref().map(|fl| format!(", built for the {fl} NVIDIA driver")).unwrap_or_default()
+            ),
+        )
     } else {
-        let installed = installed_module(sys, kver);
-        let sources = sys.list("/usr/src").into_iter().find(|n| n.starts_with("gdrdrv-"));
-        let fix = if !can_load || !have_tree {
+        let fix = if let Some(why) = f.load_blocker() {
             format!(
-                "this environment cannot load kernel modules ({}): install gdrdrv on the host (e.g. the gdrdrv-dkms package) and pass /dev/gdrdrv into the container (--device=/dev/gdrdrv)",
-                if !can_load { "no CAP_SYS_MODULE".to_owned() } else { format!("no /lib/modules/{kver}") }
+                "this environment cannot load kernel modules ({why}): install gdrdrv on the host (e.g. the gdrdrv-dkms package) and pass /dev/gdrdrv into the container (--device=/dev/gdrdrv)"
             )
-        } else if let Some(p) = &installed {
+        } else if let Some(p) = &f.installed {
             format!("it is installed ({p}): run 'modprobe gdrdrv' as root (the NVIDIA driver must be loaded first)")
-        } else if let Some(s) = &sources {
+        } else if let Some(s) = &f.sources {
             format!(
-                "sources are in /usr/src/{s} but no module is built for kernel {kver}: install linux-headers-{kver} and run 'dkms autoinstall'"
+                "sources are in /usr/src/{s} but no module is built for kernel {}: install linux-headers-{} and run 'dkms autoinstall'",
+                f.kver, f.kver
             )
         } else {
             "install the gdrdrv-dkms package (Debian/Ubuntu) or gdrcopy-kmod (RPM), which builds and loads it"
                 .to_owned()
         };
-        b.blocks(
-            Path::Gdrdrv,
-            Finding::new("gdrdrv-module", Status::Fail, format!("gdrdrv is not loaded in kernel {kver}"))
-                .fact("loaded", false)
-                .fact("installed", installed)
-                .fact("can_load_modules", can_load)
-                .fix(fix),
-        );
+        Finding::new("gdrdrv-module", Status::Fail, format!("gdrdrv is not loaded in kernel {}", f.kver)).fix(fix)
+    };
+    finding
+        .fact("loaded", f.loaded)
+        .fact("version", f.version.clone())
+        .fact("flavor", f.flavor.clone())
+        .fact("kernel", f.kver.clone())
+        .fact("can_load_modules", f.can_load_modules())
+        .fact("cap_sys_module", f.cap_sys_module)
+        .fact("module_tree", f.module_tree)
+        .fact("installed", f.installed.clone())
+        .fact("sources", f.sources.clone())
+}
+
+fn module_checks(b: &mut Builder, sys: &Sys, m: &Module, kver: &str) {
+    let kallsyms = sys.read("/proc/kallsyms");
+    let owner = kallsyms.as_deref().and_then(|t| sys::kallsyms_owner(t, "nvidia_p2p_get_pages"));
+    let facts = ModuleFacts::gather(sys, m, kver);
+    let f = module_finding(&facts);
+    if facts.loaded {
+        b.add(f)
+    } else {
+        b.blocks(Path::Gdrdrv, f)
     }
     let f = match (&kallsyms, &owner, m.loaded) {
         (_, _, true) => Finding::new(
@@ -374,6 +429,10 @@ fn memops_check(b: &mut Builder, c: &Cuda) {
         };
         b.add(
             f.fact("gpu", i64::from(g.ordinal))
+                .fact("usable", usable)
+                .fact("write64", w64)
+                .fact("wait_nor", nor)
+                .fact("flush_remote_writes", on(CAN_FLUSH_REMOTE_WRITES))
                 .fact("v2_entry_points", c.memops_v2_entry_points)
                 .fact("attr_92", g.attr(CAN_USE_STREAM_MEM_OPS_V1).map(i64::from))
                 .fact("attr_122", g.attr(CAN_USE_64_BIT_STREAM_MEM_OPS).map(i64::from))
@@ -555,5 +614,122 @@ fn library_checks(b: &mut Builder, cuda: Option<&Cuda>, m: &Module) -> Option<&'
             );
             out.backend
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Report;
+
+    /// The value of `key` in the one finding's "facts" object of `json`, as JSON text.
+    fn json_fact(json: &str, key: &str) -> String {
+        let facts = &json[json.find("\"facts\":{").expect("facts object")..];
+        let at = facts.find(&format!("\"{key}\":")).unwrap_or_else(|| panic!("no fact {key} in {json}"));
+        let v = &facts[at + key.len() + 3..];
+        if let Some(rest) = v.strip_prefix('"') {
+            format!("\"{}\"", &rest[..rest.find('"').expect("closing quote")])
+        } else {
+            v[..v.find([',', '}']).expect("value end")].to_owned()
+        }
+    }
+
+    fn unquote(v: &str) -> Option<&str> {
+        (v != "null").then(|| v.trim_matches('"'))
+    }
+
+    /// Every combination of what the gdrdrv-module check can observe.
+    fn all_module_facts() -> Vec<ModuleFacts> {
+        let mut out = Vec::new();
+        for bits in 0u32..128 {
+            let bit = |n: u32| bits & (1 << n) != 0;
+            out.push(ModuleFacts {
+                kver: "6.1.0-test".into(),
+                loaded: bit(0),
+                cap_sys_module: bit(1),
+                module_tree: bit(2),
+                installed: bit(3).then(|| "/lib/modules/6.1.0-test/updates/dkms/gdrdrv.ko.xz".into()),
+                sources: bit(4).then(|| "gdrdrv-2.6".into()),
+                version: bit(5).then(|| "2.6".into()),
+                flavor: bit(6).then(|| "opensource".into()),
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn module_text_and_json_agree_on_every_fact() {
+        for mf in all_module_facts() {
+            let f = module_finding(&mf);
+            let text = format!("{} {}", f.summary, f.fix.clone().unwrap_or_default());
+            let json = Report { findings: vec![f], working_path: None, verdict: String::new() }.json();
+            let ctx = format!("{mf:?}\ntext: {text}\njson: {json}");
+            let flag = |k: &str| match json_fact(&json, k).as_str() {
+                "true" => true,
+                "false" => false,
+                v => panic!("{k} is {v}, not a bool\n{ctx}"),
+            };
+
+            let loaded = flag("loaded");
+            assert_eq!(loaded, mf.loaded, "{ctx}");
+            assert_eq!(text.contains("is not loaded"), !loaded, "{ctx}");
+            assert_eq!(text.contains(" is loaded"), loaded, "{ctx}");
+            assert_eq!(unquote(&json_fact(&json, "kernel")), Some("6.1.0-test"), "{ctx}");
+            if !loaded {
+                assert!(text.contains("kernel 6.1.0-test"), "{ctx}");
+            }
+
+            // The defect: text said "cannot load kernel modules" while the JSON said it could.
+            let can_load = flag("can_load_modules");
+            assert_eq!(can_load, mf.cap_sys_module && mf.module_tree, "{ctx}");
+            assert_eq!(text.contains("cannot load kernel modules"), !loaded && !can_load, "{ctx}");
+            assert_eq!(flag("cap_sys_module"), mf.cap_sys_module, "{ctx}");
+            assert_eq!(text.contains("no CAP_SYS_MODULE"), !loaded && !flag("cap_sys_module"), "{ctx}");
+            assert_eq!(flag("module_tree"), mf.module_tree, "{ctx}");
+            assert_eq!(text.contains("no /lib/modules/6.1.0-test"), !loaded && !flag("module_tree"), "{ctx}");
+
+            let installed = json_fact(&json, "installed");
+            assert_eq!(unquote(&installed), mf.installed.as_deref(), "{ctx}");
+            let says_installed = text.contains("it is installed (");
+            if says_installed {
+                assert!(text.contains(unquote(&installed).expect("text names an install the JSON lacks")), "{ctx}");
+            }
+            assert_eq!(says_installed, !loaded && can_load && unquote(&installed).is_some(), "{ctx}");
+
+            let sources = json_fact(&json, "sources");
+            assert_eq!(unquote(&sources), mf.sources.as_deref(), "{ctx}");
+            let says_sources = text.contains("sources are in /usr/src/");
+            if says_sources {
+                assert!(text.contains(unquote(&sources).expect("text names sources the JSON lacks")), "{ctx}");
+            }
+            assert_eq!(
+                says_sources,
+                !loaded && can_load && unquote(&installed).is_none() && unquote(&sources).is_some(),
+                "{ctx}"
+            );
+
+            let version = json_fact(&json, "version");
+            assert_eq!(unquote(&version), mf.version.as_deref(), "{ctx}");
+            if loaded {
+                let shown = unquote(&version).unwrap_or("(no version)");
+                assert!(text.contains(&format!("gdrdrv {shown} is loaded")), "{ctx}");
+            }
+            let flavor = json_fact(&json, "flavor");
+            assert_eq!(unquote(&flavor), mf.flavor.as_deref(), "{ctx}");
+            assert_eq!(
+                text.contains("built for the opensource NVIDIA driver"),
+                loaded && unquote(&flavor).is_some(),
+                "{ctx}"
+            );
+        }
+    }
+
+    /// The GPU machine's case: CAP_SYS_MODULE held, but no module tree for the running kernel.
+    #[test]
+    fn no_module_tree_means_modules_cannot_be_loaded() {
+        let mf = ModuleFacts { kver: "6.18.44".into(), cap_sys_module: true, module_tree: false, ..Default::default() };
+        let json = Report { findings: vec![module_finding(&mf)], working_path: None, verdict: String::new() }.json();
+        assert_eq!(json_fact(&json, "can_load_modules"), "false", "{json}");
+        assert!(json.contains("cannot load kernel modules (no /lib/modules/6.18.44)"), "{json}");
     }
 }

@@ -2,7 +2,9 @@
  * <infiniband/peer_ops.h> for programs written for libgdsync on MLNX_OFED 4, on a machine with
  * plain rdma-core (see verbs_exp.h next to this file). Hands over to a real MOFED peer_ops.h found
  * later on the include path; otherwise declares the peer-direct types through
- * <gdsync/peer_ops.h>. MOFED's peer_ops.h includes verbs.h, so this one does too.
+ * <gdsync/peer_ops.h>. MOFED's peer_ops.h includes verbs.h, whose last line includes verbs_exp.h,
+ * so this one brings both, and with them the standard headers MOFED's brought (stdio, stdlib,
+ * errno, ...).
  */
 #ifndef GDSYNC_COMPAT_INFINIBAND_PEER_OPS_H
 #define GDSYNC_COMPAT_INFINIBAND_PEER_OPS_H
