@@ -158,6 +158,12 @@ fn main() {
         Some(Err(e)) => println!("- other libgdrapi: comparison skipped: {e}"),
         None => println!("- other libgdrapi: not requested (--gdrapi PATH)"),
     }
+    // A comparison asked for that cannot run fails the run: timings without it would read as a
+    // comparison (on the GPU machine upstream's gdr_open returned NULL and a verdict followed).
+    if matches!(other, Some(Err(_))) {
+        eprintln!("copy_engines: the --gdrapi comparison cannot run (see the line above)");
+        std::process::exit(1);
+    }
 
     let slack = 4096;
     let host = Heap::new(max + slack + o.host_offset.next_multiple_of(64));
