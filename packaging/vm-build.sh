@@ -11,7 +11,7 @@ REPO=${REPO:-$(cd "$(dirname "$0")/.." && pwd)}
 STAGE=${STAGE:-$REPO/target/vmstage}
 cd "$REPO"
 built=target/packages/deb
-packaging/build-debs "$built"
+packaging/build-debs --no-lintian "$built"
 rm -rf "$STAGE/debs"
 mkdir -p "$STAGE/debs"
 find "$built" -maxdepth 1 -name '*.deb' ! -name '*-dbgsym_*' -exec cp {} "$STAGE/debs/" \;
