@@ -5,8 +5,9 @@
 #   ./build.sh install --prefix DIR    build, then install libraries (with soname links), headers,
 #                                      pkg-config files, tools and kernel-module sources
 #                                      [--libdir D] [--includedir D] [--bindir D] [--destdir D]
-#   ./build.sh check                   install test dependencies, then run every test suite
-#                                      (unit, C ABI, consumers, VM end to end) [--no-vm] [--no-deps]
+#   ./build.sh check [TIER...]         install test dependencies, then run every test suite, or
+#                                      only the named tiers: fast abi fuzz bench packages vm
+#                                      (scripts/run-tests says what each holds) [--no-vm] [--no-deps]
 #   ./build.sh deps                    install build/test dependencies only (apt + pip)
 #
 # configure.ac/Makefile.am drive the same script, so both front doors install the same layout.
@@ -136,16 +137,16 @@ deps() {
 }
 
 check() {
-    local vm=1 want_deps=1
+    local want_deps=1 args=()
     for a in "$@"; do
         case "$a" in
-            --no-vm) vm=0 ;;
             --no-deps) want_deps=0 ;;
-            *) echo "check: unknown option $a" >&2; exit 2 ;;
+            --no-vm | fast | abi | fuzz | bench | packages | vm) args+=("$a") ;;
+            *) echo "check: unknown option or tier $a (fast abi fuzz bench packages vm; --no-vm --no-deps)" >&2; exit 2 ;;
         esac
     done
     [ "$want_deps" = 1 ] && deps
-    scripts/run-tests $([ "$vm" = 1 ] || echo --no-vm)
+    scripts/run-tests "${args[@]}"
 }
 
 cmd=${1:-build}

@@ -43,13 +43,25 @@ gcc -std=gnu11 -Wall -Wextra -Werror -O1 -g -pthread -I"$top/include" \
     "$here/fork_locks.c" -o "$out/fork_locks" -L"$out/lib" -lgdrapi
 # The dma-buf backend over cudasim's memfd exports; gdrdrv is never used even where it exists.
 # ASan's leak check covers the C side; the libraries' allocations are Rust's (same allocator).
+# Its whole output (~32,000 lines, mostly the libraries' own error lines for the refused calls)
+# goes to $out/capi_fuzz.log; shown here are the seed, the other lines' tail and, on failure,
+# the log's last lines.
 t0=$SECONDS
+rc=0
 env -u GDRCOPY_ENABLE_LOGGING LD_LIBRARY_PATH="$out/lib" CUDASIM_BACKEND=host CUDASIM_DMABUF=1 \
     CUDASIM_DRIVER_VERSION=13030 GDRCOPY_USE_DMABUF_MMAP=1 CUDASIM_WAIT_TIMEOUT_MS=5000 \
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    timeout 600 "$out/capi_fuzz" --seed="$seed" --ops="$ops"
-echo "capi_fuzz: $((SECONDS - t0)) s"
+    timeout 600 "$out/capi_fuzz" --seed="$seed" --ops="$ops" >"$out/capi_fuzz.log" 2>&1 || rc=$?
+quiet='^\[[0-9]*\] GDS |^ERR: |^WARN: |^INFO: '
+# The first line (the seed) and the last 40 of the rest.
+grep -avE "$quiet" "$out/capi_fuzz.log" | awk 'NR == 1 { print; next } { t[NR % 40] = $0 } END { for (i = NR - 39; i <= NR; i++) if (i > 1) print t[i % 40] }'
+echo "capi_fuzz: $((SECONDS - t0)) s, exit $rc; $(grep -acE "$quiet" "$out/capi_fuzz.log") library log lines not shown (whole output: $out/capi_fuzz.log)"
+if [ "$rc" != 0 ]; then
+    echo "capi_fuzz: FAIL; the log's last lines:"
+    tail -n 40 "$out/capi_fuzz.log"
+    exit 1
+fi
 
 # fork while another thread is inside libgdrapi: the child must not deadlock.
 t0=$SECONDS

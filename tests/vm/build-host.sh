@@ -3,8 +3,9 @@
 #
 # Host-side build hook of the VM harness, run by scripts/vmtest from the repository root before
 # the VM boots (the guest sees the repository read-only and builds nothing itself).
-# Everything the suites need must be produced here. Other components append their steps below
-# the marked line; keep each step idempotent and fail loudly.
+# Everything the suites need must be produced here: the common steps below, then each
+# component's hook (listed in HOOKS below, run at the end). Keep each step idempotent and fail
+# loudly.
 #
 # Environment: REPO (repository root), KVER (guest kernel version), VMTEST_NO_CARGO=1 skips the
 # cargo build (for debugging kernel-only suites while the workspace does not build).
@@ -16,6 +17,21 @@ STAGE=$REPO/target/vmstage
 mkdir -p "$STAGE/lib" "$STAGE/bin"
 
 step() { printf '[build-host] %s\n' "$*"; }
+
+# Each component that stages its own test binaries has one hook named vm-build.sh in its own
+# directory (it documents what it produces), run with REPO and STAGE set, in this order. Adding
+# a component is one line here; a listed hook that is missing fails the build.
+HOOKS=(
+	sim/cudasim/vm-build.sh
+	libgdrapi/tests/vm-build.sh
+	tools/gdrcopy/vm-build.sh
+	tests/vm/fuzz/vm-build.sh
+	libnvm/vm-build.sh
+	packaging/vm-build.sh
+)
+for hook in "${HOOKS[@]}"; do
+	[ -f "$REPO/$hook" ] || { step "ERROR: hook $hook is listed in HOOKS but missing"; exit 1; }
+done
 
 # --- Rust workspace ------------------------------------------------------------------------
 if [ "${VMTEST_NO_CARGO:-0}" != 1 ]; then
@@ -56,15 +72,13 @@ else
 	rm -f "$STAGE/bin/reg_dmabuf_mr"
 fi
 
-# ---- other components: append steps below this line ---------------------------------------
-# Component hooks that stage their own test binaries (each documents what it produces).
+# ---- component hooks (HOOKS, at the top) ----------------------------------------------------
 # CUDA headers first: the tools and the gdsync suite compile against cuda.h.
 step "scripts/fetch-cuda-headers"
 "$REPO/scripts/fetch-cuda-headers" >/dev/null
-for hook in sim/cudasim/vm-stage.sh libgdrapi/tests/vm-build.sh tools/gdrcopy/vm-build.sh \
-	tests/vm/fuzz/vm-build.sh packaging/vm-stage-debs.sh libnvm/vm-build.sh; do
-	if [ -f "$REPO/$hook" ]; then
-		step "$hook"
-		REPO=$REPO STAGE=$STAGE bash "$REPO/$hook"
-	fi
+for hook in "${HOOKS[@]}"; do
+	step "$hook"
+	t0=$SECONDS
+	REPO=$REPO STAGE=$STAGE bash "$REPO/$hook" || { step "ERROR: hook $hook failed"; exit 1; }
+	step "$hook done in $((SECONDS - t0)) s"
 done

@@ -5,7 +5,7 @@
 # tests run with device memory from /dev/gpusim (allocations mapped at their GPU VA), then the
 # staged libcuda.so.1 is checked to leave no gpusim memory behind.
 # Runs inside the VM as root with gpusim loaded (tests/vm/guest.sh). The test binaries are
-# staged by sim/cudasim/vm-stage.sh on the host.
+# staged by sim/cudasim/vm-build.sh on the host.
 set -euo pipefail
 
 BIN=${STAGE_BIN:-$REPO/target/vmstage/bin}/cudasim
@@ -13,7 +13,7 @@ STATS=/sys/kernel/debug/gpusim/stats
 
 [ -e /dev/gpusim ] || { echo "not ok - /dev/gpusim missing: gpusim not loaded"; exit 1; }
 if [ ! -x "$BIN/unit" ] || [ ! -x "$BIN/dlopen" ]; then
-	# Not staged by the host (tests/vm/build-host.sh should run sim/cudasim/vm-stage.sh): build
+	# Not staged by the host (tests/vm/build-host.sh should run sim/cudasim/vm-build.sh): build
 	# them here from a standalone copy (no dependencies: builds offline, everything in /tmp).
 	echo "# $BIN not staged: building cudasim's tests in the guest"
 	for d in "${CARGO_HOME:-}/bin" /root/.cargo/bin "$HOME/.cargo/bin" /usr/local/cargo/bin; do
@@ -24,7 +24,7 @@ if [ ! -x "$BIN/unit" ] || [ ! -x "$BIN/dlopen" ]; then
 	[ -n "${RUSTUP_HOME:-}" ] || [ ! -d /root/.rustup ] || export RUSTUP_HOME=/root/.rustup
 	BIN=/tmp/cudasim-stage
 	CUDASIM_STAGE_DIR=$BIN CARGO_TARGET_DIR=/tmp/cudasim-target CARGO_HOME=/tmp/cudasim-cargo-home \
-		CUDASIM_CARGO_FLAGS=--offline CUDASIM_STANDALONE=1 bash "$REPO/sim/cudasim/vm-stage.sh" ||
+		CUDASIM_CARGO_FLAGS=--offline CUDASIM_STANDALONE=1 bash "$REPO/sim/cudasim/vm-build.sh" ||
 		{ echo "not ok - building cudasim's tests in the guest failed"; exit 1; }
 fi
 [ -e "$STAGE_LIB/libcuda.so.1" ] || { echo "not ok - missing $STAGE_LIB/libcuda.so.1"; exit 1; }

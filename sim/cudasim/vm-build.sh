@@ -5,7 +5,7 @@
 # (the guest sees the repository read-only and builds nothing). Meant to be called from
 # tests/vm/build-host.sh; safe to run by hand:
 #
-#   bash sim/cudasim/vm-stage.sh        # -> target/vmstage/bin/cudasim/{unit,dlopen}
+#   bash sim/cudasim/vm-build.sh        # -> target/vmstage/bin/cudasim/{unit,dlopen}
 #
 # CUDASIM_STAGE_DIR overrides the destination (the VM suite uses it, with CARGO_TARGET_DIR and
 # CARGO_HOME in /tmp, to build in the guest when the host did not stage the binaries).
@@ -41,12 +41,12 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m.get("profile", {}).get("test"):
         print(m["target"]["name"] + " " + m["executable"])
 ')
-[ -n "$exes" ] || { echo "vm-stage: cargo test --no-run produced no test executables" >&2; exit 1; }
+[ -n "$exes" ] || { echo "vm-build: cargo test --no-run produced no test executables" >&2; exit 1; }
 while read -r name exe; do
 	case $name in
 	cuda) cp -f "$exe" "$DEST/unit" ;;
 	dlopen) cp -f "$exe" "$DEST/dlopen" ;;
 	esac
 done <<< "$exes"
-[ -x "$DEST/unit" ] && [ -x "$DEST/dlopen" ] || { echo "vm-stage: unit/dlopen test binaries missing" >&2; exit 1; }
-echo "[cudasim vm-stage] staged $(ls "$DEST" | tr '\n' ' ')in $DEST"
+[ -x "$DEST/unit" ] && [ -x "$DEST/dlopen" ] || { echo "vm-build: unit/dlopen test binaries missing" >&2; exit 1; }
+echo "[cudasim vm-build] staged $(ls "$DEST" | tr '\n' ' ')in $DEST"
