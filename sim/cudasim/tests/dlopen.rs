@@ -230,15 +230,24 @@ fn consumer_flow_through_get_proc_address() {
         assert_eq!(cu.f::<FnEvRecord>(c"cuEventRecord")(ev, s), SUCCESS);
         assert_eq!(query(s), NOT_READY);
         assert_eq!(cu.f::<FnPtr>(c"cuEventQuery")(ev), NOT_READY);
+        // The writer stores a value just below the wait's and then holds off until this thread
+        // has looked, so a slow machine cannot satisfy the wait before the check (a fixed 10 ms
+        // against 20 ms failed under load).
+        let (below_tx, below_rx) = std::sync::mpsc::channel::<()>();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
         let writer = std::thread::spawn(move || {
             // SAFETY: same live allocation.
             let flag = AtomicU64::from_ptr(p as *mut u64);
             flag.store((1 << 40) - 1, Ordering::Release);
-            std::thread::sleep(Duration::from_millis(20));
+            below_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
             flag.store(1 << 41, Ordering::Release);
         });
+        below_rx.recv().unwrap();
+        // Time for the stream's worker to see the value below the wait's and keep waiting.
         std::thread::sleep(Duration::from_millis(10));
         assert_eq!(done.load(Ordering::SeqCst), 0, "write ran before the wait was satisfied");
+        go_tx.send(()).unwrap();
         writer.join().unwrap();
         assert_eq!(cu.f::<FnPtr>(c"cuEventSynchronize")(ev), SUCCESS);
         assert_eq!(done.load(Ordering::SeqCst), 1);
