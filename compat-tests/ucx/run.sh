@@ -46,6 +46,10 @@ if [ -z "$prebuilt" ]; then
     $CC -std=gnu11 -O2 -g -Wall -Wextra -Werror -I"$UCX_PREFIX/include" -I"$CUDA_INC" \
         -o "$dir/uct_gdr_check" "$here/uct_gdr_check.c" \
         -L"$UCX_PREFIX/lib" -luct -lucs -L"$UCX_TEST_LIBS" -l:libcuda.so.1
+    # -rdynamic: the probe's own gdr_copy_{to,from}_mapping (counters) must be visible to UCX.
+    $CC -std=gnu11 -O2 -g -Wall -Wextra -Werror -rdynamic -I"$UCX_PREFIX/include" -I"$CUDA_INC" \
+        -I"$GDR_PREFIX/include" -o "$dir/ucp_gdr_probe" "$here/ucp_gdr_probe.c" \
+        -L"$UCX_PREFIX/lib" -lucp -lucs -L"$UCX_TEST_LIBS" -l:libcuda.so.1 -ldl
     $CC -shared -fPIC -O2 -Wall -Wextra -Werror -I"$CUDA_INC" \
         -Wl,--version-script="$here/cudart-stub/cudart_stub.map" -Wl,-soname,libcudart.so.13 \
         -o "$dir/libcudart.so.13" "$here/cudart-stub/cudart_stub.c" -L"$UCX_TEST_LIBS" -l:libcuda.so.1
@@ -106,6 +110,13 @@ if [ "$negative_only" = 0 ]; then
         ! grep -qE 'UCX +(ERROR|WARN)' "$log"; then
         ok "$(grep '^uct_gdr_check: OK' "$log")"
     else not_ok "uct_gdr_check (every byte of put/get through gdr_copy)"; sed 's/^/    | /' "$log" | tail -n 40; fi
+
+    # UCP (what MPI uses) over the same stack: tag messages GPU->host and host->GPU must arrive
+    # intact. Which transport copies them is UCX's choice (docs/consumers.md): reported, not judged.
+    if ucx -- "$dir/ucp_gdr_probe" >"$log" 2>&1 && ! grep -qE 'UCX +(ERROR|WARN)' "$log"; then
+        ok "UCP tag messages 1..8192 B between GPU and host memory arrive intact"
+        sed -n 's/^ucp_gdr_probe: \([0-9] of 8 sizes.*\)/# UCP: \1/p' "$log"
+    else not_ok "UCP tag messages between GPU and host memory"; sed 's/^/    | /' "$log" | tail -n 30; fi
 
     # The check must be able to fail: a gdr_copy_to_mapping that drops the last byte.
     ucx LD_PRELOAD="$dir/drop_byte_shim.so" -- "$dir/uct_gdr_check" --iters 20 >"$log" 2>&1
