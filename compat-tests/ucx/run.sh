@@ -6,6 +6,7 @@
 # libcuda's).
 #
 #   compat-tests/ucx/run.sh [--mode host|gpusim] [--negative-only] [--prebuilt DIR] [--stage DIR]
+#                           [--gdr-prefix DIR]
 #
 # --mode host (default): cudasim in host memory with dma-buf exports (CUDA 13.3 reported), so
 #     libgdrapi runs its dma-buf backend; the negative case turns the exports off.
@@ -14,19 +15,21 @@
 # --negative-only: only the "gdr_open fails" checks (the caller made gdr_open fail).
 # --stage DIR: build the test programs into DIR and stop (the VM hook, vm-build.sh).
 # --prebuilt DIR: run the programs staged in DIR instead of building (the VM suite).
+# --gdr-prefix DIR: our library already installed there (else build-ucx.sh installs it).
 # Prints "ok - ..." / "not ok - ..." and "N passed, N failed"; exits non-zero on any failure.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
-mode=host negative_only=0 prebuilt="" stage=""
+mode=host negative_only=0 prebuilt="" stage="" gdr_prefix_opt=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --mode) mode=$2; shift 2 ;;
         --negative-only) negative_only=1; shift ;;
         --prebuilt) prebuilt=$2; shift 2 ;;
         --stage) stage=$2; shift 2 ;;
-        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --gdr-prefix) gdr_prefix_opt=(--gdr-prefix "$2"); shift 2 ;;
+        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -34,7 +37,7 @@ case "$mode" in host|gpusim) ;; *) echo "run.sh: --mode host|gpusim" >&2; exit 2
 
 # --- build: UCX (cached), then our programs -------------------------------------------------
 if [ -z "$prebuilt" ]; then
-    envfile=$("$here/build-ucx.sh") || { echo "not ok - build UCX (build-ucx.sh)"; exit 1; }
+    envfile=$("$here/build-ucx.sh" "${gdr_prefix_opt[@]}") || { echo "not ok - build UCX (build-ucx.sh)"; exit 1; }
     dir=${stage:-$(mktemp -d "${TMPDIR:-/tmp}/ucx-compat.XXXXXX")}
     [ -n "$stage" ] || trap 'rm -rf "$dir"' EXIT
     mkdir -p "$dir"
