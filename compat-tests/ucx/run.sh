@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
         --prebuilt) prebuilt=$2; shift 2 ;;
         --stage) stage=$2; shift 2 ;;
         --gdr-prefix) gdr_prefix_opt=(--gdr-prefix "$2"); shift 2 ;;
-        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
