@@ -117,7 +117,7 @@ if [ "$negative_only" = 0 ]; then
     # UCP (what MPI uses) over the same stack: tag messages GPU->host and host->GPU must arrive
     # intact. Which transport copies them is UCX's choice (docs/consumers.md): reported, not judged.
     if ucx -- "$dir/ucp_gdr_probe" >"$log" 2>&1 && ! grep -qE 'UCX +(ERROR|WARN)' "$log"; then
-        ok "UCP tag messages 1..8192 B between GPU and host memory arrive intact"
+        ok "UCP tag messages 1..4096 B between GPU and host memory arrive intact"
         sed -n 's/^ucp_gdr_probe: \([0-9] of 8 sizes.*\)/# UCP: \1/p' "$log"
     else not_ok "UCP tag messages between GPU and host memory"; sed 's/^/    | /' "$log" | tail -n 30; fi
 

@@ -7,7 +7,8 @@
  *
  *   ucp_gdr_probe [--expect-gdr]
  *
- * Prints, per size, the number of gdr_copy calls; exits 1 on a data mismatch, or with
+ * Message sizes stay in UCX's eager range (up to 4 KiB). Prints, per size, the number of
+ * gdr_copy calls; exits 1 on a data mismatch, or with
  * --expect-gdr when a message did not go through gdr_copy.
  */
 #define _GNU_SOURCE
@@ -101,7 +102,10 @@ int main(int argc, char **argv)
                                  .address = addr};
     CHECK(ucp_ep_create(worker, &ep_params, &ep) == UCS_OK, "ucp_ep_create");
 
-    static const size_t sizes[] = {1, 8, 64, 93, 256, 1024, 4096, 8192};
+    /* Eager sizes only: from 8 KiB UCX 1.13 switches to rendezvous, which over this loopback
+     * endpoint reads gpusim memory with CMA (process_vm_readv, EFAULT) and aborts; see
+     * docs/consumers.md. */
+    static const size_t sizes[] = {1, 8, 64, 93, 256, 1024, 2048, 4096};
     unsigned char *src = malloc(cap), *dst = malloc(cap);
     int missed = 0;
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
