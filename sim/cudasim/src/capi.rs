@@ -88,14 +88,22 @@ unsafe fn put_str(buf: *mut c_char, len: c_int, s: &str) -> R<()> {
 
 macro_rules! export {
     ($(fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block)*) => {$(
-        #[doc = concat!("`", stringify!($name), "` of the CUDA driver API (simulated).")]
-        ///
-        /// # Safety
-        /// Called from C under the CUDA driver API contract: pointer arguments are NULL or
-        /// valid for the accesses that the function documents.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> CUresult {
-            boundary(stringify!($name), move || -> R<()> { $body })
+        // The implementation lives in a module named after the export (modules and functions
+        // have separate namespaces); the export itself is a patchable entry stub (entry.rs).
+        #[allow(non_snake_case, clippy::missing_safety_doc)]
+        mod $name {
+            use super::*;
+            pub(super) unsafe extern "C" fn imp($($arg: $ty),*) -> CUresult {
+                boundary(stringify!($name), move || -> R<()> { $body })
+            }
+        }
+        crate::entry::patchable_entry! {
+            #[doc = concat!("`", stringify!($name), "` of the CUDA driver API (simulated).")]
+            ///
+            /// # Safety
+            /// Called from C under the CUDA driver API contract: pointer arguments are NULL or
+            /// valid for the accesses that the function documents.
+            fn $name($($arg: $ty),*) -> CUresult => $name::imp
         }
     )*};
 }
@@ -345,6 +353,17 @@ export! {
 
     fn cuCtxDestroy(ctx: CUcontext) { d()?.ctx_destroy(ctx as u64) }
     fn cuCtxDestroy_v2(ctx: CUcontext) { d()?.ctx_destroy(ctx as u64) }
+
+    // A NULL context means the calling thread's current one, as in the driver.
+    fn cuCtxGetId(ctx: CUcontext, ctx_id: *mut u64) {
+        let d = d()?;
+        if ctx_id.is_null() {
+            return Err(err::INVALID_VALUE);
+        }
+        let c = if ctx.is_null() { d.current()? } else { d.context(ctx as u64)? };
+        // SAFETY: out-pointer from the caller, checked non-NULL.
+        unsafe { put(ctx_id, c.id) }
+    }
 
     fn cuCtxGetCurrent(pctx: *mut CUcontext) {
         let _d = d()?;

@@ -56,6 +56,9 @@ pub const TAG_STREAM: u64 = 0x057e;
 pub const TAG_EVENT: u64 = 0x0e7e;
 pub const TAG_PHYS: u64 = 0x0a11;
 
+/// Context ids start at 1, as the driver's do, and count up for the life of the process.
+static NEXT_CTX_ID: AtomicU64 = AtomicU64::new(1);
+
 fn new_handle(tag: u64) -> u64 {
     (tag << 44) | (NEXT_HANDLE.fetch_add(1, Ordering::Relaxed) << 4)
 }
@@ -120,6 +123,8 @@ pub enum Backend {
 
 pub struct Context {
     pub handle: u64,
+    /// cuCtxGetId's answer: unique among all contexts of the process, never reused.
+    pub id: u64,
     pub device: i32,
     pub flags: u32,
     pub primary: bool,
@@ -517,8 +522,14 @@ impl Driver {
     // ----- contexts -------------------------------------------------------------------------
 
     fn new_context(&self, t: &mut Tables, device: i32, flags: u32, primary: bool) -> Arc<Context> {
-        let c =
-            Arc::new(Context { handle: new_handle(TAG_CTX), device, flags, primary, default_stream: Mutex::new(None) });
+        let c = Arc::new(Context {
+            handle: new_handle(TAG_CTX),
+            id: NEXT_CTX_ID.fetch_add(1, Ordering::Relaxed),
+            device,
+            flags,
+            primary,
+            default_stream: Mutex::new(None),
+        });
         t.ctxs.insert(c.handle, Arc::clone(&c));
         c
     }

@@ -35,6 +35,7 @@ pub(crate) fn log_enabled() -> bool {
 
 pub mod capi;
 mod driver;
+mod entry;
 mod exec;
 mod gpusim;
 mod procaddr;

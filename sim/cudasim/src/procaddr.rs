@@ -49,6 +49,7 @@ table! {
     "cuCtxPushCurrent" => [2000: cuCtxPushCurrent, 4000: cuCtxPushCurrent_v2],
     "cuCtxPopCurrent" => [2000: cuCtxPopCurrent, 4000: cuCtxPopCurrent_v2],
     "cuCtxGetCurrent" => [4000: cuCtxGetCurrent],
+    "cuCtxGetId" => [12000: cuCtxGetId],
     "cuCtxSetCurrent" => [4000: cuCtxSetCurrent],
     "cuCtxGetDevice" => [2000: cuCtxGetDevice],
     "cuCtxGetFlags" => [7000: cuCtxGetFlags],

@@ -9,11 +9,18 @@ use crate::types::{CUresult, err};
 
 macro_rules! unsupported {
     ($($name:ident),* $(,)?) => {$(
-        #[doc = concat!("`", stringify!($name), "`: not simulated, returns CUDA_ERROR_NOT_SUPPORTED.")]
-        #[unsafe(no_mangle)]
-        pub extern "C" fn $name() -> CUresult {
-            crate::log!("{} is not simulated: CUDA_ERROR_NOT_SUPPORTED", stringify!($name));
-            err::NOT_SUPPORTED
+        #[allow(non_snake_case)]
+        mod $name {
+            use super::*;
+            pub(super) extern "C" fn imp() -> CUresult {
+                crate::log!("{} is not simulated: CUDA_ERROR_NOT_SUPPORTED", stringify!($name));
+                err::NOT_SUPPORTED
+            }
+        }
+        // Patchable like every export: UCX hooks some of these (cuMemAllocManaged, ...).
+        crate::entry::patchable_entry! {
+            #[doc = concat!("`", stringify!($name), "`: not simulated, returns CUDA_ERROR_NOT_SUPPORTED.")]
+            safe fn $name() -> CUresult => $name::imp
         }
     )*};
 }
@@ -38,7 +45,7 @@ unsupported! {
     cuGraphExecDestroy, cuStreamBeginCapture, cuStreamBeginCapture_v2, cuStreamEndCapture,
     cuStreamIsCapturing, cuStreamGetCaptureInfo, cuStreamGetCaptureInfo_v2, cuStreamGetAttribute,
     cuStreamSetAttribute, cuStreamAttachMemAsync, cuCtxSetLimit, cuCtxGetLimit, cuCtxSetCacheConfig,
-    cuCtxGetCacheConfig, cuCtxResetPersistingL2Cache, cuCtxGetId, cuStreamGetId,
+    cuCtxGetCacheConfig, cuCtxResetPersistingL2Cache, cuStreamGetId,
     cuImportExternalMemory, cuDestroyExternalMemory, cuExternalMemoryGetMappedBuffer,
     cuImportExternalSemaphore, cuDestroyExternalSemaphore, cuSignalExternalSemaphoresAsync,
     cuWaitExternalSemaphoresAsync, cuProfilerStart, cuProfilerStop, cuTexObjectCreate,
