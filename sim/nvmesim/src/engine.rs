@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::{Shared, mem};
+use crate::mem;
+use crate::state::{BAR_SIZE, Shared};
 
 const CAP: usize = 0x00;
 const VS: usize = 0x08;
@@ -170,7 +171,7 @@ fn doorbell(s: &Shared, qid: u16, cq: bool) -> usize {
 
 fn cq_has_room(s: &Shared, cq: &Cq, cqid: u16) -> bool {
     let off = doorbell(s, cqid, true);
-    let head = if off + 4 <= crate::BAR_SIZE { rd(s, off) } else { 0 };
+    let head = if off + 4 <= BAR_SIZE { rd(s, off) } else { 0 };
     (cq.tail + 1) % cq.size != head % cq.size
 }
 
@@ -217,7 +218,7 @@ fn process_sq(s: &Shared, st: &mut State, sqid: u16) -> bool {
         return false;
     }
     let off = doorbell(s, sqid, false);
-    if off + 4 > crate::BAR_SIZE {
+    if off + 4 > BAR_SIZE {
         return false;
     }
     let tail = rd(s, off);
