@@ -72,11 +72,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#if !defined(__CUDA_ARCH__)
 #include <string.h>
 #include <time.h>
 #include <sched.h>
-#endif
 
 #if defined(__CUDACC__)
 #define _NVM_PQ_HD __host__ __device__ static inline
@@ -355,7 +353,9 @@ _NVM_PQ_HD void _nvm_pq_publish(const nvm_pq_t* q)
     start = p = _nvm_pq_ld64(&st->published);
     for (;;) {
         uint32_t slot = (uint32_t) (p % q->sq_entries);
-        if (_nvm_pq_ld32(&q->ready[slot]) != (uint32_t) (p + 1)) {
+        /* Relaxed reads; the system fence below orders them before the doorbell write, and each
+         * issuer fenced its entry before its ready mark. */
+        if (*(volatile const uint32_t*) &q->ready[slot] != (uint32_t) (p + 1)) {
             break;
         }
         p++;
@@ -562,16 +562,33 @@ _NVM_PQ_HD nvm_pq_status_t nvm_pq_submit(const nvm_pq_t* q, const nvm_cmd_t* cmd
     /* 4. The command, in place, then the slot's ready mark. */
     slot = (uint32_t) (t % q->sq_entries);
     {
-        volatile uint32_t* dst = (volatile uint32_t*) q->sq[slot].dword;
-        dst[0] = (cmd->dword[0] & 0xFFFFu) | (cid << 16);
-        for (i = 1; i < 16; i++) {
-            dst[i] = cmd->dword[i];
+        uint32_t w[16];
+        for (i = 0; i < 16; i++) {
+            w[i] = cmd->dword[i];
         }
+        w[0] = (w[0] & 0xFFFFu) | (cid << 16);
         if (list_n != 0) {
             uint64_t lio = q->prp_ioaddr + (uint64_t) cid * q->page_size;
-            dst[8] = (uint32_t) lio;
-            dst[9] = (uint32_t) (lio >> 32);
+            w[8] = (uint32_t) lio;
+            w[9] = (uint32_t) (lio >> 32);
         }
+#if defined(__CUDA_ARCH__)
+        {
+            /* Four 16-byte write-through stores: few transactions when the ring is across PCIe. */
+            uint4* dst = (uint4*) (q->sq + slot);
+            __stwt(dst + 0, make_uint4(w[0], w[1], w[2], w[3]));
+            __stwt(dst + 1, make_uint4(w[4], w[5], w[6], w[7]));
+            __stwt(dst + 2, make_uint4(w[8], w[9], w[10], w[11]));
+            __stwt(dst + 3, make_uint4(w[12], w[13], w[14], w[15]));
+        }
+#else
+        {
+            volatile uint32_t* dst = (volatile uint32_t*) q->sq[slot].dword;
+            for (i = 0; i < 16; i++) {
+                dst[i] = w[i];
+            }
+        }
+#endif
     }
     _nvm_pq_fence_sys();
     _nvm_pq_st32(&q->ready[slot], (uint32_t) (t + 1));
@@ -679,7 +696,8 @@ _NVM_PQ_HD nvm_pq_status_t nvm_pq_flush(const nvm_pq_t* q, uint64_t deadline)
 /* ------------------------------------------------------------------------------------------ */
 /* Host setup and recovery (host only; they call libnvm's nvm_raw_rpc, so link libnvm).         */
 
-#if !defined(__CUDA_ARCH__)
+/* (Host functions: under nvcc they are __host__ and exist in both compilation passes, so host
+ * code in a .cu file can call them.) */
 
 /* libnvm's admin entry point (declared in nvm_rpc.h as well). */
 int nvm_raw_rpc(nvm_aq_ref ref, nvm_cmd_t* cmd, nvm_cpl_t* cpl);
@@ -819,8 +837,6 @@ _NVM_PQ_H int nvm_pq_host_reset(nvm_aq_ref ref, const nvm_pq_t* q, const nvm_pq_
     (void) nvm_pq_host_delete(ref, q);
     return _nvm_pq_host_bringup(ref, q, m);
 }
-
-#endif /* !__CUDA_ARCH__ */
 
 #ifdef __cplusplus
 }
