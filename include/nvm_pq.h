@@ -312,6 +312,23 @@ static inline void _nvm_pq_pause(uint32_t round)
 
 #endif
 
+/* Fields of the control block that a lock holder reads and writes: volatile accesses (on the
+ * GPU, plain loads may hit a stale line in the SM's non-coherent L1 after another SM changed
+ * the word), ordered by the lock's acquire/release. */
+_NVM_PQ_HD uint32_t _nvm_pq_vld32(const uint32_t* p)
+{
+    return *(const volatile uint32_t*) p;
+}
+_NVM_PQ_HD void _nvm_pq_vst32(uint32_t* p, uint32_t v)
+{
+    *(volatile uint32_t*) p = v;
+}
+_NVM_PQ_HD void _nvm_pq_vinc64(uint64_t* p, uint64_t n)
+{
+    uint64_t v = *(const volatile uint64_t*) p;
+    *(volatile uint64_t*) p = v + n;
+}
+
 /* Nanoseconds on the clock the deadlines use (globaltimer on the GPU, CLOCK_MONOTONIC here). */
 _NVM_PQ_HD uint64_t nvm_pq_now(void)
 {
@@ -364,7 +381,7 @@ _NVM_PQ_HD void _nvm_pq_publish(const nvm_pq_t* q)
         _nvm_pq_fence_sys();
         *q->sq_db = (uint32_t) (p % q->sq_entries);
         _nvm_pq_fence_sys();
-        st->sq_doorbells++;
+        _nvm_pq_vinc64(&st->sq_doorbells, 1);
         _nvm_pq_st64(&st->published, p);
     }
     _nvm_pq_st32(&st->sq_lock, 0);
@@ -418,8 +435,8 @@ _NVM_PQ_HD void _nvm_pq_drain(const nvm_pq_t* q)
     if (!_nvm_pq_cas32(&st->cq_lock, 0, 1)) {
         return;
     }
-    head = st->cq_head;
-    flip = st->cq_phase_flip;
+    head = _nvm_pq_vld32(&st->cq_head);
+    flip = _nvm_pq_vld32(&st->cq_phase_flip);
     /* Issue the status-dword loads of a batch together (independent loads overlap, which pays
      * when the CQ lies across PCIe), then keep the consecutive valid prefix. */
     {
@@ -458,10 +475,10 @@ _NVM_PQ_HD void _nvm_pq_drain(const nvm_pq_t* q)
         /* The entries are copied: let the controller reuse the slots. */
         _nvm_pq_fence_sys();
         *q->cq_db = head;
-        st->cq_head = head;
-        st->cq_phase_flip = flip;
-        st->cq_doorbells++;
-        st->completions += n;
+        _nvm_pq_vst32(&st->cq_head, head);
+        _nvm_pq_vst32(&st->cq_phase_flip, flip);
+        _nvm_pq_vinc64(&st->cq_doorbells, 1);
+        _nvm_pq_vinc64(&st->completions, n);
     }
     _nvm_pq_st32(&st->cq_lock, 0);
     for (i = 0; i < n; i++) {

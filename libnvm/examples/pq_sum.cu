@@ -36,12 +36,27 @@
 
 static cudaStream_t copy_stream;
 
-/* The emulated controller's DMA into GPU memory. */
+/* Pinned staging buffers, one per controller thread, allocated before any kernel runs
+ * (allocating pinned memory while a kernel spins can wait for that kernel). */
+#define STAGE_BYTES (128u * 512u)
+static unsigned char* stage[16];
+static int stage_next;
+
+/* The emulated controller's DMA into GPU memory: stage into pinned memory, then an
+ * asynchronous copy on a non-blocking stream (the reading kernel keeps running meanwhile). */
 static int dev_copy(void* arg, uint64_t dst, const void* src, size_t n)
 {
-    (void) arg;
-    if (cudaMemcpyAsync((void*) (uintptr_t) dst, src, n, cudaMemcpyHostToDevice, copy_stream) != cudaSuccess
-        || cudaStreamSynchronize(copy_stream) != cudaSuccess) {
+    static __thread int mine = -1;
+    cudaStream_t st = (cudaStream_t) arg;
+    if (mine < 0) {
+        mine = __atomic_fetch_add(&stage_next, 1, __ATOMIC_RELAXED);
+    }
+    if (mine >= 16 || n > STAGE_BYTES) {
+        return -1;
+    }
+    memcpy(stage[mine], src, n);
+    if (cudaMemcpyAsync((void*) (uintptr_t) dst, stage[mine], n, cudaMemcpyHostToDevice, st) != cudaSuccess
+        || cudaStreamSynchronize(st) != cudaSuccess) {
         return -1;
     }
     return 0;
@@ -161,6 +176,9 @@ int main(int argc, char** argv)
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* Lazy module loading can make a launch wait for a running kernel while holding the
+     * context, which would block the controller threads' copies: load everything up front. */
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
 
     emu_t* e = (emu_t*) calloc(1, sizeof(emu_t));
     if (e == NULL || emu_init(e, 64) != 0) {
@@ -170,6 +188,9 @@ int main(int argc, char** argv)
     CK(cudaHostAlloc((void**) &bar, 0x2000, cudaHostAllocMapped));
     memset(bar, 0, 0x2000);
     CK(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
+    for (int i = 0; i < 16; i++) {
+        CK(cudaHostAlloc((void**) &stage[i], STAGE_BYTES, cudaHostAllocDefault));
+    }
 
     /* GPU destination buffer (REAL: nvm_dma_map_device gives its bus addresses). */
     unsigned char* dbuf;
@@ -179,6 +200,7 @@ int main(int argc, char** argv)
     e->dev_base = (uint64_t) (uintptr_t) dbuf;
     e->dev_len = bytes;
     e->dev_copy = dev_copy;
+    e->dev_arg = (void*) copy_stream;
 
     nvm_pq_t hq[MAXQ + 1];
     for (int i = 0; i < nq; i++) {
@@ -204,6 +226,7 @@ int main(int argc, char** argv)
     CK(cudaEventRecord(a, s));
     k_read<<<(threads + 255) / 256, 256, 0, s>>>(dq, nq, start, blocks, dbuf, d_failed);
     CK(cudaEventRecord(b, s));
+    CK(cudaStreamSynchronize(s));
     k_sum<<<264, 256, 0, s>>>((const uint64_t*) dbuf, bytes / 8, d_sum);
     CK(cudaStreamSynchronize(s));
     CK(cudaGetLastError());

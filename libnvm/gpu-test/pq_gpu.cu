@@ -477,6 +477,7 @@ int main(int argc, char** argv)
     cudaDeviceProp prop;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, CUDA %d.%d runtime\n", prop.name, prop.multiProcessorCount, CUDART_VERSION / 1000,
            (CUDART_VERSION % 1000) / 10);

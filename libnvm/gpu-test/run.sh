@@ -27,6 +27,7 @@ if ! command -v nvcc >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
     say "SKIP: nvm_pq GPU tests need nvcc and an NVIDIA GPU (nvcc: $(command -v nvcc || echo none))"
     exit 0
 fi
+export CUDA_MODULE_LOADING=EAGER
 say "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 say "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
 say "nvcc: $(nvcc --version | tail -2 | head -1)"
