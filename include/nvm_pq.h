@@ -256,6 +256,13 @@ __device__ static inline void _nvm_pq_pause(uint32_t round)
 {
     __nanosleep(round < 8 ? 32u : (round < 64 ? 256u : 1000u));
 }
+/* Waiting for a credit: tens of thousands of threads may wait on one queue, so poll rarely at
+ * first and more often the longer a thread has waited (old waiters first, roughly FIFO). */
+__device__ static inline void _nvm_pq_pause_credit(uint64_t waited_ns)
+{
+    __nanosleep(waited_ns < 10000000ull ? 200000u : (waited_ns < 50000000ull ? 50000u
+                : (waited_ns < 200000000ull ? 10000u : 2000u)));
+}
 
 #else /* host: GCC/clang __atomic builtins */
 
@@ -308,6 +315,10 @@ static inline void _nvm_pq_pause(uint32_t round)
         struct timespec ts = {0, round < 256 ? 20000 : 100000};
         nanosleep(&ts, NULL);
     }
+}
+static inline void _nvm_pq_pause_credit(uint64_t waited_ns)
+{
+    _nvm_pq_pause(waited_ns < 1000000ull ? 8u : 64u);
 }
 
 #endif
@@ -424,23 +435,24 @@ _NVM_PQ_HD void _nvm_pq_route(const nvm_pq_t* q, uint16_t cid, uint32_t status, 
     }
 }
 
-/* Consumes a run of new completions (if nobody else is), one CQ head doorbell for the run. */
+/* Consumes runs of new completions (if nobody else is): one CQ head doorbell per run, then
+ * routes them (after the doorbell, so a credit comes back only once its CQ slot is free). */
 _NVM_PQ_HD void _nvm_pq_drain(const nvm_pq_t* q)
 {
     nvm_pq_state_t* st = q->state;
-    uint32_t head, flip, n = 0, i;
+    uint32_t head, flip, n, i, runs;
     uint32_t dw3[NVM_PQ_DRAIN_MAX];
     uint32_t dw0[NVM_PQ_DRAIN_MAX];
 
-    if (!_nvm_pq_cas32(&st->cq_lock, 0, 1)) {
+    if (_nvm_pq_vld32(&st->cq_lock) != 0 || !_nvm_pq_cas32(&st->cq_lock, 0, 1)) {
         return;
     }
     head = _nvm_pq_vld32(&st->cq_head);
     flip = _nvm_pq_vld32(&st->cq_phase_flip);
-    /* Issue the status-dword loads of a batch together (independent loads overlap, which pays
-     * when the CQ lies across PCIe), then keep the consecutive valid prefix. */
-    {
+    for (runs = 0; runs < 8; runs++) {
         uint32_t h = head, f = flip;
+        /* Issue the status-dword loads of a batch together (independent loads overlap, which
+         * pays when the CQ lies across PCIe), then keep the consecutive valid prefix. */
         for (i = 0; i < NVM_PQ_DRAIN_MAX; i++) {
             dw3[i] = q->cq[h].dword[3];
             if (++h == q->cq_entries) {
@@ -458,20 +470,19 @@ _NVM_PQ_HD void _nvm_pq_drain(const nvm_pq_t* q)
             }
         }
         n = i;
-        if (n != 0) {
-            _nvm_pq_fence_sys();
-            h = head;
-            for (i = 0; i < n; i++) {
-                dw0[i] = q->cq[h].dword[0];
-                if (++h == q->cq_entries) {
-                    h = 0;
-                }
-            }
-            head = h;
-            flip = f;
+        if (n == 0) {
+            break;
         }
-    }
-    if (n != 0) {
+        _nvm_pq_fence_sys();
+        h = head;
+        for (i = 0; i < n; i++) {
+            dw0[i] = q->cq[h].dword[0];
+            if (++h == q->cq_entries) {
+                h = 0;
+            }
+        }
+        head = h;
+        flip = f;
         /* The entries are copied: let the controller reuse the slots. */
         _nvm_pq_fence_sys();
         *q->cq_db = head;
@@ -479,11 +490,14 @@ _NVM_PQ_HD void _nvm_pq_drain(const nvm_pq_t* q)
         _nvm_pq_vst32(&st->cq_phase_flip, flip);
         _nvm_pq_vinc64(&st->cq_doorbells, 1);
         _nvm_pq_vinc64(&st->completions, n);
+        for (i = 0; i < n; i++) {
+            _nvm_pq_route(q, (uint16_t) (dw3[i] & 0xFFFFu), dw3[i] >> 16, dw0[i]);
+        }
+        if (n < NVM_PQ_DRAIN_MAX) {
+            break;
+        }
     }
     _nvm_pq_st32(&st->cq_lock, 0);
-    for (i = 0; i < n; i++) {
-        _nvm_pq_route(q, (uint16_t) (dw3[i] & 0xFFFFu), dw3[i] >> 16, dw0[i]);
-    }
 }
 
 /* Fills the result from a DONE record. */
@@ -537,20 +551,31 @@ _NVM_PQ_HD nvm_pq_status_t nvm_pq_submit(const nvm_pq_t* q, const nvm_cmd_t* cmd
     }
     st = q->state;
 
-    /* 1. A credit, or a timeout holding nothing. */
-    for (;;) {
-        if (*(volatile int32_t*) &st->used < (int32_t) q->max_inflight) {
-            if (_nvm_pq_faa32s(&st->used, 1) < (int32_t) q->max_inflight) {
-                break;
+    /* 1. A credit, or a timeout holding nothing. Only threads that hold credits need to drain
+     * the CQ; a credit waiter drains only after waiting 1 ms (when every credit may be held by
+     * abandoned commands that nobody else waits for). */
+    {
+        uint64_t since = 0, now;
+        for (;;) {
+            uint32_t u = *(volatile uint32_t*) &st->used;
+            if ((int32_t) u < (int32_t) q->max_inflight) {
+                if (_nvm_pq_cas32((uint32_t*) &st->used, u, u + 1u)) {
+                    break;
+                }
+                continue;
             }
-            _nvm_pq_faa32s(&st->used, -1);
+            now = _nvm_pq_now();
+            if (now > deadline) {
+                _nvm_pq_faa64(&st->timeouts, 1);
+                return _nvm_pq_fail(NVM_PQ_ETIME);
+            }
+            if (since == 0) {
+                since = now;
+            } else if (now - since > 1000000ull) {
+                _nvm_pq_drain(q);
+            }
+            _nvm_pq_pause_credit(now - since);
         }
-        if (_nvm_pq_now() > deadline) {
-            _nvm_pq_faa64(&st->timeouts, 1);
-            return _nvm_pq_fail(NVM_PQ_ETIME);
-        }
-        _nvm_pq_drain(q);
-        _nvm_pq_pause(round++);
     }
 
     /* 2. A ticket and a CID (a free one exists: every non-free CID holds a credit). */
@@ -613,7 +638,9 @@ _NVM_PQ_HD nvm_pq_status_t nvm_pq_submit(const nvm_pq_t* q, const nvm_cmd_t* cmd
     /* 5. Announced by a doorbell (ours or another thread's). Not bounded by the deadline: the
      * holders of earlier tickets write their slots without waiting for anything. */
     while (_nvm_pq_ld64(&st->published) <= t) {
-        _nvm_pq_publish(q);
+        if (_nvm_pq_vld32(&st->sq_lock) == 0) {
+            _nvm_pq_publish(q);
+        }
         if (_nvm_pq_ld64(&st->published) > t) {
             break;
         }

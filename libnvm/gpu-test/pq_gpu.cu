@@ -604,17 +604,17 @@ int main(int argc, char** argv)
         int sms = prop.multiProcessorCount;
         uint32_t full = (uint32_t) sms * 2048u;   /* every thread slot of the GPU */
         full = full / 256 * 256;
-        line a = bench_pq("65,536 threads, 1 queue x 1024, 1 ctl thread", 1, 1024, 1, 65536, 16, d_bufs);
-        line b = bench_pq("65,536 threads, 8 queues x 1024, 8 ctl threads", 8, 1024, 8, 65536, 64, d_bufs);
-        char nm[80];
-        snprintf(nm, sizeof nm, "%u threads, 1 queue x 1024, 1 ctl thread", full);
-        line c = bench_pq(nm, 1, 1024, 1, full, 4, d_bufs);
-        snprintf(nm, sizeof nm, "%u threads, 8 queues x 1024, 8 ctl threads", full);
-        line d = bench_pq(nm, 8, 1024, 8, full, 16, d_bufs);
         line e = bench_pq("QD1: 1 thread, 1 queue", 1, 1024, 1, 1, 20000, d_bufs);
+        line h = bench_libnvm("QD1: 1 thread, 1 queue", 1, 1024, 1, 20000, 1, d_bufs);
         line f = bench_libnvm("1 thread/queue, 1 queue x 1024, QD 1023", 1, 1024, 1, 1000000, 1023, d_bufs);
         line g = bench_libnvm("1 thread/queue, 8 queues x 1024, QD 1023", 8, 1024, 8, 500000, 1023, d_bufs);
-        line h = bench_libnvm("QD1: 1 thread, 1 queue", 1, 1024, 1, 20000, 1, d_bufs);
+        line b = bench_pq("65,536 threads, 8 queues x 1024, 8 ctl threads", 8, 1024, 8, 65536, 64, d_bufs);
+        char nm[80];
+        snprintf(nm, sizeof nm, "%u threads, 8 queues x 1024, 8 ctl threads", full);
+        line d = bench_pq(nm, 8, 1024, 8, full, 16, d_bufs);
+        line a = bench_pq("65,536 threads, 1 queue x 1024, 1 ctl thread", 1, 1024, 1, 65536, 8, d_bufs);
+        snprintf(nm, sizeof nm, "%u threads, 1 queue x 1024, 1 ctl thread", full);
+        line c = bench_pq(nm, 1, 1024, 1, full, 2, d_bufs);
         printf("SUMMARY one queue, 65,536 threads: %.2f Mcmd/s (goal >= 1.0)\n", a.rate / 1e6);
         printf("SUMMARY 8 queues, 8 controller threads: %.2f Mcmd/s (goal >= 4.0)\n", b.rate / 1e6);
         printf("SUMMARY %u threads on one queue: %.0f%% of the 65,536-thread rate (goal >= 80%%); on 8 queues %.0f%%\n",
