@@ -139,8 +139,8 @@ typedef struct nvm_pq_state
     uint64_t                published;      /* tickets below it were announced by a doorbell */
     uint32_t                sq_lock;
     uint8_t                 _p1[116];
-    int32_t                 used;           /* credits taken (<= max_inflight when settled) */
-    uint8_t                 _p2[124];
+    uint64_t                released;       /* tickets whose credit came back (completed) */
+    uint8_t                 _p2[120];
     uint32_t                cq_lock;
     uint32_t                cq_head;        /* under cq_lock */
     uint32_t                cq_phase_flip;  /* under cq_lock: expected phase is 1 ^ this */
@@ -152,6 +152,7 @@ typedef struct nvm_pq_state
     uint64_t                late;           /* completions of abandoned (timed-out) commands */
     uint64_t                stray;          /* CQEs whose CID was not outstanding (controller bug) */
     uint64_t                timeouts;       /* waits that returned NVM_PQ_ETIME */
+    uint64_t                holes;          /* tickets given up before admission, filled with a Flush */
 } nvm_pq_state_t;
 
 /*
@@ -177,19 +178,30 @@ typedef struct nvm_pq
     volatile uint32_t*      cq_db;          /* CQ head doorbell */
     nvm_pq_state_t*         state;          /* control block */
     nvm_pq_cid_t*           cids;           /* n_cids records */
-    uint32_t*               ready;          /* sq_entries words */
+    uint32_t*               ready;          /* sq_entries words: t+1 once ticket t's entry is written */
+    uint32_t*               hole;           /* sq_entries words: t+1 if ticket t was given up */
     void*                   prp_vaddr;      /* PRP-list pool: one page per CID (may be NULL) */
     uint64_t                prp_ioaddr;     /* bus address of the pool's first page */
     uint64_t                sq_ioaddr;      /* bus addresses of the rings (host re-creation) */
     uint64_t                cq_ioaddr;
 } nvm_pq_t;
 
-/* Bytes of the control block for a queue (state + cids + ready), 128-byte aligned. */
+/* Bytes of the control block for a queue (state + cids + ready + hole), 128-byte aligned. */
 _NVM_PQ_HD size_t nvm_pq_ctl_size(uint32_t sq_entries, uint32_t n_cids)
 {
     size_t n = sizeof(nvm_pq_state_t) + (size_t) n_cids * sizeof(nvm_pq_cid_t)
-             + (size_t) sq_entries * sizeof(uint32_t);
+             + (size_t) sq_entries * 2u * sizeof(uint32_t);
     return (n + 127) & ~(size_t) 127;
+}
+
+/* Points q->state, cids, ready and hole into a control block of nvm_pq_ctl_size() bytes
+ * (q->sq_entries and q->n_cids set first). */
+_NVM_PQ_HD void nvm_pq_ctl_layout(nvm_pq_t* q, void* ctl)
+{
+    q->state = (nvm_pq_state_t*) ctl;
+    q->cids = (nvm_pq_cid_t*) ((unsigned char*) ctl + sizeof(nvm_pq_state_t));
+    q->ready = (uint32_t*) ((unsigned char*) q->cids + (size_t) q->n_cids * sizeof(nvm_pq_cid_t));
+    q->hole = q->ready + q->sq_entries;
 }
 
 /* True when a completed command reported success. */
@@ -256,12 +268,13 @@ __device__ static inline void _nvm_pq_pause(uint32_t round)
 {
     __nanosleep(round < 8 ? 32u : (round < 64 ? 256u : 1000u));
 }
-/* Waiting for a credit: tens of thousands of threads may wait on one queue, so poll rarely at
- * first and more often the longer a thread has waited (old waiters first, roughly FIFO). */
-__device__ static inline void _nvm_pq_pause_credit(uint64_t waited_ns)
+/* Waiting for admission `distance` tickets away: sleep about 250 ns per ticket ahead (a queue
+ * completes a command every microsecond or so), at most 500 us, so that tens of thousands of
+ * waiters poll the released counter rarely and the next ones in line often. */
+__device__ static inline void _nvm_pq_pause_admit(uint64_t distance, uint32_t round)
 {
-    __nanosleep(waited_ns < 10000000ull ? 200000u : (waited_ns < 50000000ull ? 50000u
-                : (waited_ns < 200000000ull ? 10000u : 2000u)));
+    (void) round;
+    __nanosleep(distance > 2000u ? 500000u : (uint32_t) distance * 250u);
 }
 
 #else /* host: GCC/clang __atomic builtins */
@@ -316,9 +329,10 @@ static inline void _nvm_pq_pause(uint32_t round)
         nanosleep(&ts, NULL);
     }
 }
-static inline void _nvm_pq_pause_credit(uint64_t waited_ns)
+static inline void _nvm_pq_pause_admit(uint64_t distance, uint32_t round)
 {
-    _nvm_pq_pause(waited_ns < 1000000ull ? 8u : 64u);
+    (void) distance;
+    _nvm_pq_pause(round);
 }
 
 #endif
@@ -369,13 +383,49 @@ _NVM_PQ_HD uint32_t nvm_pq_pick(uint32_t n_queues, uint32_t host_hint)
 /* ------------------------------------------------------------------------------------------ */
 /* Internals.                                                                                   */
 
-/* Announces every consecutive ready slot from `published` with one doorbell write. */
+/* Writes a 64-byte entry into SQ slot `slot` (four 16-byte write-through stores on the GPU:
+ * few transactions when the ring is across PCIe). */
+_NVM_PQ_HD void _nvm_pq_put_entry(const nvm_pq_t* q, uint32_t slot, const uint32_t* w)
+{
+#if defined(__CUDA_ARCH__)
+    uint4* dst = (uint4*) (q->sq + slot);
+    __stwt(dst + 0, make_uint4(w[0], w[1], w[2], w[3]));
+    __stwt(dst + 1, make_uint4(w[4], w[5], w[6], w[7]));
+    __stwt(dst + 2, make_uint4(w[8], w[9], w[10], w[11]));
+    __stwt(dst + 3, make_uint4(w[12], w[13], w[14], w[15]));
+#else
+    volatile uint32_t* dst = (volatile uint32_t*) q->sq[slot].dword;
+    uint32_t i;
+    for (i = 0; i < 16; i++) {
+        dst[i] = w[i];
+    }
+#endif
+}
+
+/* Claims a free CID (one exists: every non-free CID belongs to an admitted, unreleased ticket,
+ * at most max_inflight < n_cids of them), starting at `hint`; returns it, state set to `to`. */
+_NVM_PQ_HD uint32_t _nvm_pq_claim_cid(const nvm_pq_t* q, uint32_t hint, uint32_t to)
+{
+    uint32_t cid = hint, s;
+    for (;;) {
+        s = _nvm_pq_ld32(&q->cids[cid].state);
+        if ((s & 3u) == NVM_PQ_CID_FREE && _nvm_pq_cas32(&q->cids[cid].state, s, s | to)) {
+            return cid;
+        }
+        if (++cid == q->n_cids) {
+            cid = 0;
+        }
+    }
+}
+
+/* Announces every consecutive written slot from `published` with one doorbell write. A ticket
+ * given up before admission (a hole) gets a Flush, once admitted, so later entries can go. */
 _NVM_PQ_HD void _nvm_pq_publish(const nvm_pq_t* q)
 {
     nvm_pq_state_t* st = q->state;
     uint64_t p, start;
 
-    if (!_nvm_pq_cas32(&st->sq_lock, 0, 1)) {
+    if (_nvm_pq_vld32(&st->sq_lock) != 0 || !_nvm_pq_cas32(&st->sq_lock, 0, 1)) {
         return;
     }
     start = p = _nvm_pq_ld64(&st->published);
@@ -383,15 +433,31 @@ _NVM_PQ_HD void _nvm_pq_publish(const nvm_pq_t* q)
         uint32_t slot = (uint32_t) (p % q->sq_entries);
         /* Relaxed reads; the system fence below orders them before the doorbell write, and each
          * issuer fenced its entry before its ready mark. */
-        if (*(volatile const uint32_t*) &q->ready[slot] != (uint32_t) (p + 1)) {
-            break;
+        if (*(volatile const uint32_t*) &q->ready[slot] == (uint32_t) (p + 1)) {
+            p++;
+            continue;
         }
-        p++;
+        if (*(volatile const uint32_t*) &q->hole[slot] == (uint32_t) (p + 1)
+            && p < *(volatile const uint64_t*) &st->released + q->max_inflight) {
+            /* Admitted now: its CID is abandoned from the start, so the router frees it and
+             * returns the credit when the Flush completes. */
+            uint32_t w[16], i, cid = _nvm_pq_claim_cid(q, (uint32_t) (p % q->n_cids), NVM_PQ_CID_ABANDONED);
+            for (i = 0; i < 16; i++) {
+                w[i] = 0;
+            }
+            w[0] = cid << 16; /* Flush */
+            w[1] = q->nsid;
+            q->cids[cid].ticket = (uint32_t) p;
+            _nvm_pq_put_entry(q, slot, w);
+            _nvm_pq_vinc64(&st->holes, 1);
+            p++;
+            continue;
+        }
+        break;
     }
     if (p != start) {
         _nvm_pq_fence_sys();
         *q->sq_db = (uint32_t) (p % q->sq_entries);
-        _nvm_pq_fence_sys();
         _nvm_pq_vinc64(&st->sq_doorbells, 1);
         _nvm_pq_st64(&st->published, p);
     }
@@ -423,7 +489,7 @@ _NVM_PQ_HD void _nvm_pq_route(const nvm_pq_t* q, uint16_t cid, uint32_t status, 
         }
         if ((s & 3u) == NVM_PQ_CID_ABANDONED) {
             if (_nvm_pq_cas32(&c->state, s, ((s & ~3u) + 4u) | NVM_PQ_CID_FREE)) {
-                _nvm_pq_faa32s(&st->used, -1);
+                _nvm_pq_faa64(&st->released, 1);
                 _nvm_pq_faa64(&st->late, 1);
                 return;
             }
@@ -551,45 +617,40 @@ _NVM_PQ_HD nvm_pq_status_t nvm_pq_submit(const nvm_pq_t* q, const nvm_cmd_t* cmd
     }
     st = q->state;
 
-    /* 1. A credit, or a timeout holding nothing. Only threads that hold credits need to drain
-     * the CQ; a credit waiter drains only after waiting 1 ms (when every credit may be held by
-     * abandoned commands that nobody else waits for). */
+    /* 1. A ticket, then admission in ticket order: ticket t may write its slot once
+     * t < released + max_inflight. Waiters sleep in proportion to their distance, so tens of
+     * thousands of them poll one word rarely. A waiter whose deadline passes first leaves a
+     * hole mark; a publisher fills the slot with a Flush once the ticket is admitted. */
+    t = _nvm_pq_faa64(&st->ticket, 1);
+    slot = (uint32_t) (t % q->sq_entries);
     {
-        uint64_t since = 0, now;
+        uint64_t since = 0, now, rel;
         for (;;) {
-            uint32_t u = *(volatile uint32_t*) &st->used;
-            if ((int32_t) u < (int32_t) q->max_inflight) {
-                if (_nvm_pq_cas32((uint32_t*) &st->used, u, u + 1u)) {
-                    break;
-                }
-                continue;
+            rel = _nvm_pq_ld64(&st->released);
+            if (t < rel + q->max_inflight) {
+                break;
             }
             now = _nvm_pq_now();
             if (now > deadline) {
+                _nvm_pq_st32(&q->hole[slot], (uint32_t) (t + 1));
                 _nvm_pq_faa64(&st->timeouts, 1);
+                /* The hole may be admitted already: let a publisher fill it. */
+                _nvm_pq_publish(q);
                 return _nvm_pq_fail(NVM_PQ_ETIME);
             }
             if (since == 0) {
                 since = now;
             } else if (now - since > 1000000ull) {
+                /* Credits held only by abandoned commands come back only through a drain. */
                 _nvm_pq_drain(q);
+                _nvm_pq_publish(q);
             }
-            _nvm_pq_pause_credit(now - since);
+            _nvm_pq_pause_admit(t - (rel + q->max_inflight) + 1u, round++);
         }
     }
 
-    /* 2. A ticket and a CID (a free one exists: every non-free CID holds a credit). */
-    t = _nvm_pq_faa64(&st->ticket, 1);
-    cid = (uint32_t) (t % q->n_cids);
-    for (;;) {
-        s = _nvm_pq_ld32(&q->cids[cid].state);
-        if ((s & 3u) == NVM_PQ_CID_FREE && _nvm_pq_cas32(&q->cids[cid].state, s, s | NVM_PQ_CID_INFLIGHT)) {
-            break;
-        }
-        if (++cid == q->n_cids) {
-            cid = 0;
-        }
-    }
+    /* 2. A CID (first try t % n_cids). */
+    cid = _nvm_pq_claim_cid(q, (uint32_t) (t % q->n_cids), NVM_PQ_CID_INFLIGHT);
     c = &q->cids[cid];
     c->ticket = (uint32_t) t;
 
@@ -602,7 +663,6 @@ _NVM_PQ_HD nvm_pq_status_t nvm_pq_submit(const nvm_pq_t* q, const nvm_cmd_t* cmd
     }
 
     /* 4. The command, in place, then the slot's ready mark. */
-    slot = (uint32_t) (t % q->sq_entries);
     {
         uint32_t w[16];
         for (i = 0; i < 16; i++) {
@@ -614,61 +674,48 @@ _NVM_PQ_HD nvm_pq_status_t nvm_pq_submit(const nvm_pq_t* q, const nvm_cmd_t* cmd
             w[8] = (uint32_t) lio;
             w[9] = (uint32_t) (lio >> 32);
         }
-#if defined(__CUDA_ARCH__)
-        {
-            /* Four 16-byte write-through stores: few transactions when the ring is across PCIe. */
-            uint4* dst = (uint4*) (q->sq + slot);
-            __stwt(dst + 0, make_uint4(w[0], w[1], w[2], w[3]));
-            __stwt(dst + 1, make_uint4(w[4], w[5], w[6], w[7]));
-            __stwt(dst + 2, make_uint4(w[8], w[9], w[10], w[11]));
-            __stwt(dst + 3, make_uint4(w[12], w[13], w[14], w[15]));
-        }
-#else
-        {
-            volatile uint32_t* dst = (volatile uint32_t*) q->sq[slot].dword;
-            for (i = 0; i < 16; i++) {
-                dst[i] = w[i];
-            }
-        }
-#endif
+        _nvm_pq_put_entry(q, slot, w);
     }
     _nvm_pq_fence_sys();
     _nvm_pq_st32(&q->ready[slot], (uint32_t) (t + 1));
 
-    /* 5. Announced by a doorbell (ours or another thread's). Not bounded by the deadline: the
-     * holders of earlier tickets write their slots without waiting for anything. */
-    while (_nvm_pq_ld64(&st->published) <= t) {
-        if (_nvm_pq_vld32(&st->sq_lock) == 0) {
-            _nvm_pq_publish(q);
-        }
-        if (_nvm_pq_ld64(&st->published) > t) {
-            break;
-        }
-        _nvm_pq_pause(round++);
-    }
-
-    /* 6. Our completion, routed to our CID record. */
+    /* 5. Announced (by us or another thread), then our completion routed to our CID record.
+     * Until our ticket is announced we try to publish; after that we try to drain. */
     round = 0;
-    for (;;) {
-        s = _nvm_pq_ld32(&c->state);
-        if ((s & 3u) == NVM_PQ_CID_DONE) {
-            nvm_pq_status_t r = _nvm_pq_result(c, (uint16_t) cid);
-            _nvm_pq_st32(&c->state, (s & ~3u) + 4u);
-            _nvm_pq_faa32s(&st->used, -1);
-            return r;
-        }
-        if (_nvm_pq_now() > deadline) {
-            if (_nvm_pq_cas32(&c->state, s, (s & ~3u) | NVM_PQ_CID_ABANDONED)) {
-                nvm_pq_status_t r = _nvm_pq_fail(NVM_PQ_ETIME);
-                r.cid = (uint16_t) cid;
-                _nvm_pq_faa64(&st->timeouts, 1);
+    {
+        uint64_t since = 0, now;
+        for (;;) {
+            s = _nvm_pq_ld32(&c->state);
+            if ((s & 3u) == NVM_PQ_CID_DONE) {
+                nvm_pq_status_t r = _nvm_pq_result(c, (uint16_t) cid);
+                _nvm_pq_st32(&c->state, (s & ~3u) + 4u);
+                _nvm_pq_faa64(&st->released, 1);
                 return r;
             }
-            continue;
-        }
-        _nvm_pq_drain(q);
-        if ((_nvm_pq_ld32(&c->state) & 3u) != NVM_PQ_CID_DONE) {
-            _nvm_pq_pause(round++);
+            now = _nvm_pq_now();
+            if (now > deadline) {
+                if (_nvm_pq_cas32(&c->state, s, (s & ~3u) | NVM_PQ_CID_ABANDONED)) {
+                    nvm_pq_status_t r = _nvm_pq_fail(NVM_PQ_ETIME);
+                    r.cid = (uint16_t) cid;
+                    _nvm_pq_faa64(&st->timeouts, 1);
+                    return r;
+                }
+                continue;
+            }
+            if (_nvm_pq_ld64(&st->published) <= t) {
+                _nvm_pq_publish(q);
+                /* Waiting behind a hole: its admission needs credits back, i.e. a drain. */
+                if (since == 0) {
+                    since = now;
+                } else if (now - since > 1000000ull) {
+                    _nvm_pq_drain(q);
+                }
+            } else {
+                _nvm_pq_drain(q);
+            }
+            if ((_nvm_pq_ld32(&c->state) & 3u) != NVM_PQ_CID_DONE) {
+                _nvm_pq_pause(round++);
+            }
         }
     }
 }
@@ -843,9 +890,7 @@ _NVM_PQ_H int nvm_pq_host_create(nvm_aq_ref ref, const nvm_ctrl_t* ctrl, uint16_
     q->cq = (volatile nvm_cpl_t*) m->cq_vaddr;
     q->sq_db = m->sq_db;
     q->cq_db = m->cq_db;
-    q->state = (nvm_pq_state_t*) m->ctl_vaddr;
-    q->cids = (nvm_pq_cid_t*) ((unsigned char*) m->ctl_vaddr + sizeof(nvm_pq_state_t));
-    q->ready = (uint32_t*) ((unsigned char*) q->cids + (size_t) q->n_cids * sizeof(nvm_pq_cid_t));
+    nvm_pq_ctl_layout(q, m->ctl_vaddr);
     q->prp_vaddr = m->prp_vaddr;
     q->prp_ioaddr = m->prp_ioaddr;
     q->sq_ioaddr = m->sq_ioaddr;

@@ -338,7 +338,8 @@ static void check_quiet(struct ctx* c, const char* when)
 {
     for (int i = 0; i < N_Q; i++) {
         nvm_pq_state_t* st = c->q[i].state;
-        CHECK(st->used == 0, "%s: queue %d still holds %d credits", when, i + 1, st->used);
+        CHECK(st->released == st->ticket, "%s: queue %d still holds %lld credits", when, i + 1,
+              (long long) (st->ticket - st->released));
         CHECK(st->ticket == st->published, "%s: queue %d: ticket %llu published %llu", when, i + 1,
               (unsigned long long) st->ticket, (unsigned long long) st->published);
         CHECK(st->stray == 0, "%s: queue %d: %llu stray completions", when, i + 1, (unsigned long long) st->stray);
@@ -460,7 +461,7 @@ int main(int argc, char** argv)
         }
         /* One injection per error command this thread will send, keyed to its own opcode. */
         nvmesim_inject(c.sim, 0, (int) (0x80u + i), err_table[i % N_ERR].sct, err_table[i % N_ERR].sc,
-                       err_table[i % N_ERR].dnr, 2u * (c.ops / ERR_EVERY) + 2u * (c.ops / 4u / ERR_EVERY));
+                       err_table[i % N_ERR].dnr, 2u * (c.ops / ERR_EVERY) + 3u * (c.ops / 4u / ERR_EVERY));
     }
 
     /* 1. In-order completion, then out of order. */
@@ -521,6 +522,26 @@ int main(int argc, char** argv)
         }
     }
 
+    /* 2b. More waiters than credits on one stalled queue (depth 33: 32 credits): half time out
+     * waiting for their completion, half before admission; those leave holes that publishers
+     * fill with a Flush once admitted, so later commands still go out. */
+    {
+        nvm_pq_t only3[N_Q] = {c.q[2], c.q[2], c.q[2], c.q[2]};
+        uint64_t late0 = STAT(&c, late), holes0 = STAT(&c, holes), to;
+        nvmesim_set_stalled(c.sim, 1);
+        to = run_stalled(&c, only3, 64, 100000000ull, sargs, 400000000ull);
+        printf("  stalled queue, 64 waiters for 32 credits: %llu timed out\n", (unsigned long long) to);
+        nvmesim_set_stalled(c.sim, 0);
+        run_workers(&c, ws, "after the overfull stall");
+        for (i = 0; i < N_Q; i++) {
+            nvm_pq_flush(&c.q[i], nvm_pq_deadline(1000000000ull));
+        }
+        check_quiet(&c, "after the overfull stall");
+        CHECK(STAT(&c, holes) - holes0 == 32, "holes filled %llu, want 32", (unsigned long long) (STAT(&c, holes) - holes0));
+        CHECK(STAT(&c, late) - late0 == 64, "late completions %llu, want 64 (32 abandoned + 32 hole Flushes)",
+              (unsigned long long) (STAT(&c, late) - late0));
+    }
+
     /* 3. A lost doorbell (the handle rings a dummy word): commands sit in the SQ, every waiter
      * times out, nvm_pq_host_reset deletes and re-creates the queue pair, and it works again. */
     {
@@ -534,7 +555,8 @@ int main(int argc, char** argv)
         to = run_stalled(&c, lost, c.threads, 50000000ull, sargs + 0, 400000000ull);
         printf("  lost doorbell: %llu of %u waiters timed out\n", (unsigned long long) to, c.threads);
         for (i = 0; i < N_Q; i++) {
-            CHECK(c.q[i].state->used > 0, "queue %u: timed-out commands should still hold credits", i + 1);
+            CHECK(c.q[i].state->ticket > c.q[i].state->released, "queue %u: timed-out commands should still hold credits",
+                  i + 1);
             /* nvmesim keeps the last value written to a doorbell in its register cell and does
              * not clear it when a queue is created (a real controller starts a new queue's
              * tail at 0), so clear the cells while the queue is deleted; the reset's own delete

@@ -19,7 +19,7 @@ cc=${CC:-cc}
 cxx=${CXX:-c++}
 
 # The header on its own, as C and C++.
-printf '#include <nvm_pq.h>\nint main(void){return (int)sizeof(nvm_pq_t) != 128 || sizeof(nvm_pq_cid_t) != 16 || sizeof(nvm_pq_status_t) != 16;}\n' > "$out/hdr.c"
+printf '#include <nvm_pq.h>\nint main(void){return (int)sizeof(nvm_pq_t) != 136 || sizeof(nvm_pq_cid_t) != 16 || sizeof(nvm_pq_status_t) != 16;}\n' > "$out/hdr.c"
 $cc -std=gnu99 -Wall -Wextra -Werror -Iinclude -c "$out/hdr.c" -o "$out/hdr_c.o"
 $cxx -x c++ -std=c++11 -Wall -Wextra -Werror -Iinclude -c "$out/hdr.c" -o "$out/hdr_cxx.o"
 if command -v nvcc >/dev/null 2>&1; then

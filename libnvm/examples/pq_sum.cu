@@ -160,9 +160,7 @@ static void make_queue(emu_t* e, int idx, uint16_t qid, uint32_t depth, uint32_t
     q->cq = (volatile nvm_cpl_t*) dcq;
     q->sq_db = (volatile uint32_t*) dbar + 0x1000 / 4 + 2 * qid;
     q->cq_db = q->sq_db + 1;
-    q->state = (nvm_pq_state_t*) ctl;
-    q->cids = (nvm_pq_cid_t*) ((unsigned char*) ctl + sizeof(nvm_pq_state_t));
-    q->ready = (uint32_t*) ((unsigned char*) q->cids + (size_t) depth * sizeof(nvm_pq_cid_t));
+    nvm_pq_ctl_layout(q, ctl);
 }
 
 int main(int argc, char** argv)

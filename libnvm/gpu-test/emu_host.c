@@ -127,9 +127,7 @@ int main(int argc, char** argv)
         q->cq = (volatile nvm_cpl_t*) cq;
         q->sq_db = sdb;
         q->cq_db = cdb;
-        q->state = (nvm_pq_state_t*) ctl;
-        q->cids = (nvm_pq_cid_t*) ((unsigned char*) ctl + sizeof(nvm_pq_state_t));
-        q->ready = (uint32_t*) ((unsigned char*) q->cids + depths[i] * sizeof(nvm_pq_cid_t));
+        nvm_pq_ctl_layout(q, ctl);
     }
     emu_start(emu, 2);
 
@@ -151,7 +149,7 @@ int main(int argc, char** argv)
         conflicts += emu->q[i].cid_conflicts;
         completions += qs[i].state->completions;
         stray += qs[i].state->stray;
-        EXPECT(qs[i].state->used == 0, "queue %d used %d", i, qs[i].state->used);
+        EXPECT(qs[i].state->released == qs[i].state->ticket, "queue %d: credits not back", i);
     }
     printf("emu_host: %llu commands, %u threads, 3 queues (64/37/100), %.2f s: ok %llu, injected errors seen %llu "
            "(controller injected %llu), bad %llu; fetched %llu posted %llu consumed %llu, CID conflicts %llu, stray "
@@ -179,7 +177,8 @@ int main(int argc, char** argv)
             nvm_pq_status_t f = nvm_pq_flush(&qs[0], nvm_pq_deadline(1000000000ull));
             EXPECT(nvm_pq_ok(f), "flush after release");
         }
-        EXPECT(qs[0].state->late == 1 && qs[0].state->used == 0 && qs[0].state->stray == 0, "late completion");
+        EXPECT(qs[0].state->late == 1 && qs[0].state->released == qs[0].state->ticket && qs[0].state->stray == 0,
+               "late completion");
         free(b);
     }
     emu_stop(emu);
