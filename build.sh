@@ -95,6 +95,17 @@ install_all() {
         fi
     fi
 
+    if [ -f "$rel/libnvm.so" ]; then
+        # libnvm keeps upstream's unversioned soname libnvm.so (docs/storage.md); its version
+        # lives in libnvm/Cargo.toml.
+        install -D -m 0755 "$rel/libnvm.so" "$D$libdir/libnvm.so"
+        install -m 0644 "$rel/libnvm.a" "$D$libdir/libnvm.a"
+        install -d "$D$includedir"
+        install -m 0644 include/nvm_*.h "$D$includedir/"
+        fill_pc pkgconfig/nvm.pc.in "$D$libdir/pkgconfig/nvm.pc" \
+            "$(sed -n 's/^version = "\(.*\)"/\1/p' libnvm/Cargo.toml | head -n1)"
+    fi
+
     if [ -f tools/gdrcopy/Makefile ]; then
         make -C tools/gdrcopy install DESTDIR="$D" bindir="$bindir"
     fi

@@ -6,8 +6,8 @@
 //! - [`safe`]: the Rust API;
 //! - [`admin`]: admin queue pair, RPC and admin commands;
 //! - [`dma`]: DMA windows; [`ctrl`]: controllers, reset;
-//! - [`queue`]: queue descriptors and ring arithmetic; [`kernel`]: syscalls and module ioctls;
-//!   [`mmio`]: volatile register and ring access;
+//! - [`queue`]: queue descriptors and ring arithmetic;
+//! - [`mmio`]: volatile register and ring access; [`kernel`]: syscalls and module ioctls;
 //! - [`status`], [`regs`], [`abi`]: error values, register layout, C layouts (leaves).
 
 #[macro_use]

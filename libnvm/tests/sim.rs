@@ -693,3 +693,94 @@ fn strerror_texts() {
     // The same pointer every time (static strings).
     assert_eq!(nvm_strerror(-1), nvm_strerror(-1));
 }
+
+#[test]
+fn ctrl_init_over_files() {
+    use std::os::fd::AsRawFd;
+    let mut c = null_mut();
+    // /dev/null cannot be mapped: mmap's errno, not a crash (upstream compares with NULL).
+    let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null").unwrap();
+    // SAFETY: valid out-pointer.
+    let rc = unsafe { nvm_ctrl_init(&mut c, null.as_raw_fd()) };
+    assert_eq!(rc, libc::ENODEV);
+    assert!(c.is_null());
+    // A regular file of zeros maps; CAP = 0 allows only 4 KiB pages. The handle keeps its own
+    // descriptor (the caller closes theirs), and the module ioctls fail on a non-module file.
+    let path = std::env::temp_dir().join(format!("nvm-fake-bar-{}", std::process::id()));
+    std::fs::write(&path, vec![0u8; 0x4000]).unwrap();
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+    // SAFETY: valid out-pointer.
+    assert_eq!(unsafe { nvm_ctrl_init(&mut c, f.as_raw_fd()) }, 0);
+    drop(f);
+    std::fs::remove_file(&path).unwrap();
+    // SAFETY: a live handle.
+    let h = unsafe { *c };
+    assert_eq!((h.mm_size, h.page_size, h.timeout, h.max_entries), (0x2000, 4096, 0, 1));
+    let buf = Mem::new(1);
+    let mut w = null_mut();
+    // SAFETY: valid pointers; the buffer is ours.
+    unsafe {
+        assert_eq!(nvm_dma_map_host(&mut w, c, buf.ptr(0), 4096), libc::ENOTTY);
+        assert_eq!(nvm_dma_map_host(&mut w, c, buf.ptr(0), 0), EINVAL);
+        assert_eq!(nvm_dma_create(&mut w, c, 4096), libc::ENOTTY);
+    }
+    assert!(w.is_null());
+    nvm_ctrl_free(c);
+}
+
+#[test]
+fn bus_addresses_other_than_virtual_ones() {
+    // The controller sees IOVAs (virtual + 2^50); nvmesim translates them back.
+    const OFF: u64 = 1 << 50;
+    let translate = nvmesim::Translate(std::sync::Arc::new(|bus: u64, _len: usize| bus.checked_sub(OFF)));
+    let sim = SimController::start(Config { translate: Some(translate), ..fast() });
+    let mut ctrl = null_mut();
+    let mem = Mem::new(3);
+    let iova = [mem.addr(0) + OFF, mem.addr(PS) + OFF, mem.addr(2 * PS) + OFF];
+    let (mut win, mut aq) = (null_mut(), null_mut());
+    let mut info = NvmCtrlInfo::default();
+    // SAFETY: valid pointers; the BAR and `mem` outlive the handles.
+    unsafe {
+        assert_eq!(nvm_raw_ctrl_init(&mut ctrl, sim.bar(), sim.bar_len()), 0);
+        assert_eq!(nvm_dma_map(&mut win, ctrl, mem.ptr(0), PS, 3, iova.as_ptr()), 0);
+        assert_eq!(nvm_aq_create(&mut aq, ctrl, win), 0);
+        assert_eq!(nvm_admin_ctrl_info(aq, &mut info, mem.ptr(2 * PS), iova[2]), 0);
+        assert_eq!(&info.serial_no[..11], b"nvmesim0001");
+        // A virtual address is not a bus address on this controller: Data Transfer Error.
+        assert_eq!(nvm_admin_ctrl_info(aq, &mut info, mem.ptr(2 * PS), mem.addr(2 * PS)), -0x04);
+    }
+    nvm_aq_destroy(aq);
+    nvm_dma_unmap(win);
+    nvm_ctrl_free(ctrl);
+}
+
+#[test]
+fn chained_prp_lists_and_mdts_zero() {
+    // MDTS 0 ("no limit"): libnvm reports what one PRP list page can describe (1 + 512 pages).
+    let mut io = io_setup(Config { mdts: 0, ..fast() });
+    // SAFETY: page 2 of the admin window: 4 KiB of host memory alive as long as `io`.
+    let buf = unsafe { std::slice::from_raw_parts(io.up.mem.ptr(2 * PS) as *const std::cell::Cell<u8>, 4096) };
+    let info = io.aq.ctrl_info(buf, io.up.mem.addr(2 * PS)).unwrap();
+    assert_eq!((info.max_data_size, info.max_data_pages), (513 * 4096, 513));
+    // 600 pages: PRP1 + a list whose first page ends with a pointer to the second (chaining).
+    let n = 600usize;
+    let data = Mem::new(n);
+    let lists = Mem::new(2);
+    let mut c = NvmCmd::default();
+    c.header(0, io_op::READ, 1);
+    let put = |page: usize, idx: usize, v: u64| {
+        lists.bytes()[page * PS + 8 * idx..page * PS + 8 * idx + 8].copy_from_slice(&v.to_le_bytes());
+    };
+    for i in 0..511 {
+        put(0, i, data.addr((1 + i) * PS));
+    }
+    put(0, 511, lists.addr(PS));
+    for i in 0..(n - 1 - 511) {
+        put(1, i, data.addr((512 + i) * PS));
+    }
+    c.data_ptr(data.addr(0), lists.addr(0));
+    c.rw_blks(100, (n * 8) as u16);
+    data.bytes().fill(0xee);
+    assert_eq!(nvm::Status::of(&io.run(&c)).packed(), 0);
+    check_pattern(data.bytes(), 100 * 512);
+}

@@ -62,7 +62,7 @@ fi
 step "scripts/fetch-cuda-headers"
 "$REPO/scripts/fetch-cuda-headers" >/dev/null
 for hook in sim/cudasim/vm-stage.sh libgdrapi/tests/vm-build.sh tools/gdrcopy/vm-build.sh \
-	tests/vm/fuzz/vm-build.sh packaging/vm-stage-debs.sh; do
+	tests/vm/fuzz/vm-build.sh packaging/vm-stage-debs.sh libnvm/vm-build.sh; do
 	if [ -f "$REPO/$hook" ]; then
 		step "$hook"
 		REPO=$REPO STAGE=$STAGE bash "$REPO/$hook"

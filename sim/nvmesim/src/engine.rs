@@ -16,6 +16,16 @@ const AQA: usize = 0x24;
 const ASQ: usize = 0x28;
 const ACQ: usize = 0x30;
 
+/// The CPU address of `len` bytes at bus address `bus` (through `Config::translate` when set),
+/// or `None` when nothing is there: the command then fails with Data Transfer Error.
+fn cpu(s: &Shared, bus: u64, len: usize) -> Option<u64> {
+    let a = match &s.cfg.translate {
+        Some(t) => (t.0)(bus, len)?,
+        None => bus,
+    };
+    mem::plausible(a, len).then_some(a)
+}
+
 fn rd(s: &Shared, off: usize) -> u32 {
     s.bar[off / 4].load(Ordering::SeqCst)
 }
@@ -172,7 +182,10 @@ fn post(s: &Shared, st: &mut State, cqid: u16, sqid: u16, sqhd: u16, cid: u16, o
     }
     let status: u32 =
         (u32::from(o.dnr) << 15) | (u32::from(o.sct & 7) << 9) | (u32::from(o.sc) << 1) | u32::from(cq.phase);
-    let addr = cq.base + 16 * u64::from(cq.tail);
+    let Some(addr) = cpu(s, cq.base + 16 * u64::from(cq.tail), 16) else {
+        s.stats.lost_completions.fetch_add(1, Ordering::Relaxed);
+        return true;
+    };
     mem::write_cpl(addr, [o.dw0, 0, u32::from(sqhd) | (u32::from(sqid) << 16), u32::from(cid) | (status << 16)]);
     cq.tail += 1;
     if cq.tail == cq.size {
@@ -221,7 +234,8 @@ fn process_sq(s: &Shared, st: &mut State, sqid: u16) -> bool {
         if q.head == tail {
             break;
         }
-        let cmd = mem::read_cmd(q.base + 64 * u64::from(q.head));
+        // An SQ slot that translates to nothing reads as a zeroed command (a Flush with CID 0).
+        let cmd = cpu(s, q.base + 64 * u64::from(q.head), 64).map_or([0u32; 16], mem::read_cmd);
         q.head = (q.head + 1) % q.size;
         let sqhd = q.head as u16;
         let cid = (cmd[0] >> 16) as u16;
@@ -278,12 +292,12 @@ fn prp(cmd: &[u32; 16]) -> (u64, u64) {
 }
 
 /// The host memory segments a PRP pair describes for `len` bytes (spec §B5), or an error status.
-fn segments(page: usize, prp1: u64, prp2: u64, len: usize) -> Result<Vec<(u64, usize)>, Outcome> {
+fn segments(s: &Shared, page: usize, prp1: u64, prp2: u64, len: usize) -> Result<Vec<(u64, usize)>, Outcome> {
     let page64 = page as u64;
     if prp1 & 3 != 0 {
         return Err(err(0, 0x13));
     }
-    if !mem::plausible(prp1, 1) {
+    if cpu(s, prp1, 1).is_none() {
         return Err(err(0, 0x04));
     }
     let first = (page - (prp1 % page64) as usize).min(len);
@@ -296,7 +310,7 @@ fn segments(page: usize, prp1: u64, prp2: u64, len: usize) -> Result<Vec<(u64, u
         if !prp2.is_multiple_of(page64) {
             return Err(err(0, 0x13));
         }
-        if !mem::plausible(prp2, left) {
+        if cpu(s, prp2, left).is_none() {
             return Err(err(0, 0x04));
         }
         segs.push((prp2, left));
@@ -309,11 +323,11 @@ fn segments(page: usize, prp1: u64, prp2: u64, len: usize) -> Result<Vec<(u64, u
     }
     let mut entry = prp2;
     while left > 0 {
-        if !mem::plausible(entry, 8) {
+        let Some(entry_cpu) = cpu(s, entry, 8) else {
             return Err(err(0, 0x04));
-        }
+        };
         let last_in_page = (entry % page64) as usize == page - 8;
-        let v = mem::read_u64(entry);
+        let v = mem::read_u64(entry_cpu);
         if last_in_page && left > page {
             if v & 7 != 0 {
                 return Err(err(0, 0x13));
@@ -324,7 +338,7 @@ fn segments(page: usize, prp1: u64, prp2: u64, len: usize) -> Result<Vec<(u64, u
         if !v.is_multiple_of(page64) {
             return Err(err(0, 0x13));
         }
-        if !mem::plausible(v, 1) {
+        if cpu(s, v, 1).is_none() {
             return Err(err(0, 0x04));
         }
         let n = left.min(page);
@@ -335,9 +349,14 @@ fn segments(page: usize, prp1: u64, prp2: u64, len: usize) -> Result<Vec<(u64, u
     Ok(segs)
 }
 
-fn to_host(page: usize, cmd: &[u32; 16], data: &[u8]) -> Outcome {
+/// Translates every segment first, so a command either moves all its data or none.
+fn translate_all(s: &Shared, segs: Vec<(u64, usize)>) -> Result<Vec<(u64, usize)>, Outcome> {
+    segs.into_iter().map(|(a, n)| cpu(s, a, n).map(|c| (c, n)).ok_or(err(0, 0x04))).collect()
+}
+
+fn to_host(s: &Shared, page: usize, cmd: &[u32; 16], data: &[u8]) -> Outcome {
     let (p1, p2) = prp(cmd);
-    match segments(page, p1, p2, data.len()) {
+    match segments(s, page, p1, p2, data.len()).and_then(|v| translate_all(s, v)) {
         Ok(segs) => {
             let mut off = 0;
             for (a, n) in segs {
@@ -388,7 +407,7 @@ fn admin_cmd(s: &Shared, st: &mut State, cmd: &[u32; 16]) -> Outcome {
                 }
                 _ => return err(0, 0x02),
             }
-            to_host(st.page, cmd, &d)
+            to_host(s, st.page, cmd, &d)
         }
         0x09 | 0x0a => {
             if cmd[10] & 0xff != 0x07 {
@@ -419,7 +438,7 @@ fn admin_cmd(s: &Shared, st: &mut State, cmd: &[u32; 16]) -> Outcome {
             if cmd[11] & 1 == 0 && c.cqr {
                 return err(0, 0x02);
             }
-            if !mem::plausible(base, 16) || base % st.page as u64 != 0 {
+            if cpu(s, base, 16).is_none() || base % st.page as u64 != 0 {
                 return err(0, 0x13);
             }
             st.cqs.insert(qid, Cq { base, size: qsize, tail: 0, phase: true });
@@ -440,7 +459,7 @@ fn admin_cmd(s: &Shared, st: &mut State, cmd: &[u32; 16]) -> Outcome {
             if cmd[11] & 1 == 0 && c.cqr {
                 return err(0, 0x02);
             }
-            if !mem::plausible(base, 64) || base % st.page as u64 != 0 {
+            if cpu(s, base, 64).is_none() || base % st.page as u64 != 0 {
                 return err(0, 0x13);
             }
             st.sqs.insert(qid, Sq { base, size: qsize, head: 0, cqid });
@@ -480,7 +499,7 @@ fn admin_cmd(s: &Shared, st: &mut State, cmd: &[u32; 16]) -> Outcome {
             let mut out = vec![0u8; len];
             let n = (log.len() - start).min(len);
             out[..n].copy_from_slice(&log[start..start + n]);
-            to_host(st.page, cmd, &out)
+            to_host(s, st.page, cmd, &out)
         }
         // Abort: every command completes as soon as it is fetched, so nothing is ever aborted.
         0x08 => Outcome { dw0: 1, ..OK },
@@ -519,9 +538,9 @@ fn io_cmd(s: &Shared, st: &mut State, cmd: &[u32; 16]) -> Outcome {
             match opcode {
                 0x02 => {
                     let data = s.storage.lock().unwrap_or_else(|p| p.into_inner())[start..start + bytes].to_vec();
-                    to_host(st.page, cmd, &data)
+                    to_host(s, st.page, cmd, &data)
                 }
-                0x01 => match segments(st.page, p1, p2, bytes) {
+                0x01 => match segments(s, st.page, p1, p2, bytes).and_then(|v| translate_all(s, v)) {
                     Ok(segs) => {
                         let mut buf = vec![0u8; bytes];
                         let mut off = 0;

@@ -34,6 +34,18 @@ pub fn pattern_byte(off: u64) -> u8 {
     word.to_le_bytes()[(off & 7) as usize]
 }
 
+/// Bus address → CPU address of `len` bytes, for hosts whose bus addresses are not their
+/// virtual addresses (e.g. GPU memory reached through a CPU mapping, or an IOVA table); `None`
+/// means nothing is mapped there (the command fails with Data Transfer Error).
+#[derive(Clone)]
+pub struct Translate(pub Arc<dyn Fn(u64, usize) -> Option<u64> + Send + Sync>);
+
+impl std::fmt::Debug for Translate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Translate(..)")
+    }
+}
+
 /// Controller parameters (the defaults model QEMU 7.2's controller, smaller and faster).
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -66,6 +78,8 @@ pub struct Config {
     pub never_ready: bool,
     /// Report fatal status (CSTS.CFS) when enabled.
     pub fatal_on_enable: bool,
+    /// Bus-to-CPU address translation; `None`: bus addresses are virtual addresses.
+    pub translate: Option<Translate>,
 }
 
 impl Default for Config {
@@ -87,6 +101,7 @@ impl Default for Config {
             ready_delay: Duration::ZERO,
             never_ready: false,
             fatal_on_enable: false,
+            translate: None,
         }
     }
 }
@@ -121,6 +136,8 @@ pub struct Stats {
     pub cq_full_waits: AtomicU64,
     /// Doorbell writes with an index beyond the queue.
     pub bad_doorbells: AtomicU64,
+    /// Completions dropped because their CQ slot translated to nothing.
+    pub lost_completions: AtomicU64,
 }
 
 pub(crate) struct Shared {
