@@ -170,7 +170,9 @@ __global__ void k_verify(const nvm_pq_t* qs, int nq, uint32_t per, uint64_t* buf
 {
     uint32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
     const nvm_pq_t* q = &qs[nvm_pq_pick((uint32_t) nq, 0)];
-    uint64_t* buf = bufs + (size_t) tid * 256;  /* 2 KiB */
+    /* 2 KiB; after a timeout the controller may still write the old one, so move on (4 sets). */
+    uint32_t set = 0, nthreads = gridDim.x * blockDim.x;
+    uint64_t* buf = bufs + (size_t) tid * 256;
     uint64_t own = EMU_W_BASE + tid;
     uint32_t stamp = 0;                         /* 0: own block never written */
     uint32_t rng = emu_mix(tid * 2654435761u + 1);
@@ -206,6 +208,10 @@ __global__ void k_verify(const nvm_pq_t* qs, int nq, uint32_t per, uint64_t* buf
         nvm_pq_status_t r = nvm_pq_submit(q, &cmd, nvm_pq_deadline(10000000000ull), NULL, 0);
         if (r.err == NVM_PQ_ETIME) {
             atomicAdd(&cnt->timeouts, 1ull);
+            if (set < 3) {
+                set++;
+                buf = bufs + ((size_t) set * nthreads + tid) * 256;
+            }
             continue;
         }
         if (r.err != 0) {
