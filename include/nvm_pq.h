@@ -21,34 +21,40 @@
  *     GPU callers; the rings in GPU memory (a real SSD DMAs into it) or pinned host memory.
  *
  * How it works
- *   - Credits: at most max_inflight = min(sq_entries, cq_entries) - 1 commands hold a CID. A
- *     caller takes a credit first (or times out holding nothing), then a ticket t (fetch-add).
- *     Slot t % sq_entries is free: credits are returned only after completions are consumed, a
- *     completion of any ticket u implies the controller fetched every ticket <= u (SQs are
- *     fetched in order), and with at most sq_entries-1 credits some ticket >= t-sq_entries+1 has
- *     completed before ticket t is admitted. So any depth works, not only powers of two.
+ *   - Tickets and admission: a caller takes ticket t (fetch-add) and may write SQ slot
+ *     t % sq_entries once t < released + max_inflight, where max_inflight =
+ *     min(sq_entries, cq_entries) - 1 and `released` counts commands whose completion was
+ *     consumed (after the CQ head doorbell passed it). Admission is in ticket order, one waiter
+ *     per returned credit; waiters sleep in proportion to their distance. A completion of any
+ *     ticket u implies the controller fetched every ticket <= u (SQs are fetched in order), so
+ *     with at most sq_entries-1 admitted beyond `released` the slot is free: any depth works,
+ *     not only powers of two.
  *   - CIDs: the caller claims a CID (first try t % n_cids) by CAS FREE(g) -> INFLIGHT(g) in the
- *     CID's state word (generation g in bits 31:2). Every non-FREE CID holds a credit, so a free
- *     CID always exists. The command is written in place into slot t, then ready[slot] = t+1.
- *   - Doorbell: whoever holds sq_lock advances `published` over every consecutive ready slot and
- *     writes the SQ tail doorbell once for the run. A caller whose ticket is not yet published
- *     keeps trying (bounded: earlier ticket holders write their slot without waiting).
- *   - Completions: whoever holds cq_lock reads a run of new CQEs (phase tag), writes the CQ head
- *     doorbell once, releases the lock, then routes each CQE by CID: INFLIGHT(g) -> DONE(g) with
+ *     CID's state word (generation g in bits 31:2). Every non-free CID belongs to an admitted,
+ *     unreleased ticket, so a free CID always exists. The command is written in place into its
+ *     slot, then ready[slot] = t+1.
+ *   - Doorbell: whoever holds sq_lock advances `published` over every consecutive written slot
+ *     and writes the SQ tail doorbell once for the run.
+ *   - Completions: whoever holds cq_lock reads runs of new CQEs (phase tag), writes the CQ head
+ *     doorbell once per run, then routes each CQE by CID: INFLIGHT(g) -> DONE(g) with
  *     {status, dw0} stored in the CID record. The issuer sees DONE(g), copies the result, sets
- *     FREE(g+1) and returns its credit.
+ *     FREE(g+1) and counts itself released.
  *   - Deadlines: every wait compares the clock (the GPU's %globaltimer, CLOCK_MONOTONIC on the
- *     host) with an absolute deadline in nanoseconds. On expiry the waiter CASes INFLIGHT(g) ->
- *     ABANDONED(g) and returns NVM_PQ_ETIME. If the CAS loses to DONE, the result is returned.
+ *     host) with an absolute deadline in nanoseconds, and returns NVM_PQ_ETIME when it passes.
  *
  * What a timeout leaves behind
- *   - The command may still be in the SQ or inside the controller. Its CID stays ABANDONED (not
- *     reused) and its credit stays taken until its completion arrives; the router then frees the
- *     CID (counted in state->late) and nobody else's result is touched. Until then the
- *     controller may still DMA into the caller's data buffer and read the CID's PRP-list page:
- *     the caller must not reuse the buffer for other data before the queue has been drained or
- *     reset. A command that never completes keeps one credit until nvm_pq_host_reset.
- *   - A timeout before a credit was obtained (queue full of stuck commands) leaves nothing.
+ *   - Before admission: the ticket becomes a hole (hole[slot] = t+1). Once the ticket is
+ *     admitted a publisher writes a Flush into the slot under a CID that is abandoned from the
+ *     start (counted in state->holes); its completion returns the credit. Nothing of the
+ *     caller's is used: its buffer is free at once.
+ *   - After admission: the command is in the SQ (announced or about to be) or inside the
+ *     controller. The waiter CASes INFLIGHT(g) -> ABANDONED(g); the CID is not reused and its
+ *     credit stays taken until the completion arrives, when the router frees the CID (counted in
+ *     state->late) and touches no other caller's result. Until then the controller may still
+ *     DMA into the caller's data buffer and read the CID's PRP-list page: the caller must not
+ *     reuse that buffer before the queue has drained or been reset. A command that never
+ *     completes keeps its credit until nvm_pq_host_reset.
+ *   - If the CAS loses to DONE, the wait returns the result instead (it completed in time).
  *
  * Memory ordering
  *   - Command dwords are stored, then a system-scope fence, then ready[slot] (release); the
