@@ -13,6 +13,7 @@
 //! the small C API in [`capi`], by C consumers.
 
 pub mod capi;
+pub mod capi_pq;
 mod engine;
 mod mem;
 mod state;
