@@ -557,13 +557,6 @@ int main(int argc, char** argv)
         for (i = 0; i < N_Q; i++) {
             CHECK(c.q[i].state->ticket > c.q[i].state->released, "queue %u: timed-out commands should still hold credits",
                   i + 1);
-            /* nvmesim keeps the last value written to a doorbell in its register cell and does
-             * not clear it when a queue is created (a real controller starts a new queue's
-             * tail at 0), so clear the cells while the queue is deleted; the reset's own delete
-             * then fails harmlessly and it re-creates the pair. */
-            CHECK(nvm_pq_host_delete(c.ref, &c.q[i]) == 0, "deleting queue %u", i + 1);
-            *c.mem[i].sq_db = 0;
-            *c.mem[i].cq_db = 0;
             int rc = nvm_pq_host_reset(c.ref, &c.q[i], &c.mem[i]);
             CHECK(rc == 0, "nvm_pq_host_reset(queue %u): %d", i + 1, rc);
         }

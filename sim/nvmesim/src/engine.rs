@@ -169,6 +169,15 @@ fn doorbell(s: &Shared, qid: u16, cq: bool) -> usize {
     0x1000 + (2 * usize::from(qid) + usize::from(cq)) * (4usize << s.cfg.dstrd)
 }
 
+/// A created queue starts with its doorbell at 0, as on a real controller: a queue deleted and
+/// created again must not fetch (or count as consumed) entries of its earlier life.
+fn reset_doorbell(s: &Shared, qid: u16, cq: bool) {
+    let off = doorbell(s, qid, cq);
+    if off + 4 <= BAR_SIZE {
+        wr(s, off, 0);
+    }
+}
+
 fn cq_has_room(s: &Shared, cq: &Cq, cqid: u16) -> bool {
     let off = doorbell(s, cqid, true);
     let head = if off + 4 <= BAR_SIZE { rd(s, off) } else { 0 };
@@ -443,6 +452,7 @@ fn admin_cmd(s: &Shared, st: &mut State, cmd: &[u32; 16]) -> Outcome {
                 return err(0, 0x13);
             }
             st.cqs.insert(qid, Cq { base, size: qsize, tail: 0, phase: true });
+            reset_doorbell(s, qid, true);
             OK
         }
         0x01 => {
@@ -464,6 +474,7 @@ fn admin_cmd(s: &Shared, st: &mut State, cmd: &[u32; 16]) -> Outcome {
                 return err(0, 0x13);
             }
             st.sqs.insert(qid, Sq { base, size: qsize, head: 0, cqid });
+            reset_doorbell(s, qid, false);
             OK
         }
         0x00 => {
