@@ -27,6 +27,7 @@ HOOKS=(
 	tools/gdrcopy/vm-build.sh
 	tests/vm/fuzz/vm-build.sh
 	libnvm/vm-build.sh
+	tests/vm/libnvm/vm-build.sh
 	packaging/vm-build.sh
 )
 for hook in "${HOOKS[@]}"; do
