@@ -160,7 +160,9 @@ static uint64_t *addr_array(uint64_t *buf, uint64_t n, bool *valid)
 	case 0: return NULL;
 	case 1: return P.ro;
 	case 2: return (uint64_t *)0xffff888000001000ULL;
-	case 3: return (uint64_t *)(P.arena + ARENA_PAGES * PG - 8);   /* runs into the hole */
+	case 3:   /* the last word before the hole: one address fits, more run into the hole */
+		*valid = n == 1;
+		return (uint64_t *)(P.arena + ARENA_PAGES * PG - 8);
 	default:
 		*valid = n <= 1024;
 		return *valid ? buf : (uint64_t *)(P.arena + ARENA_PAGES * PG - 8);
