@@ -208,14 +208,16 @@ static void op_map_host(void)
 			      (void *)(uintptr_t)m.ioaddrs);
 			return;
 		}
-		for (uint64_t i = 0; i < n; i++) {
-			if (!buf[i] || (buf[i] & (PG - 1))) {
+		/* the arena word is shared with other threads: only our own buffer is checked */
+		const uint64_t *out = (const uint64_t *)(uintptr_t)m.ioaddrs;
+		for (uint64_t i = 0; out == buf && i < n; i++) {
+			if (!out[i] || (out[i] & (PG - 1))) {
 				failf("map_host: bus address %llu is 0x%llx", (unsigned long long)i,
-				      (unsigned long long)buf[i]);
+				      (unsigned long long)out[i]);
 				return;
 			}
 		}
-		remember(va, buf[0]);
+		remember(va, out == buf ? buf[0] : 0);
 	}
 }
 
@@ -262,13 +264,15 @@ static void op_map_device(void)
 			failf("map_device succeeded with a bad address array");
 			return;
 		}
-		for (uint64_t i = 0; i < n; i++) {
-			if (!buf[i] || (buf[i] & (GPG - 1))) {
-				failf("map_device: bus address 0x%llx", (unsigned long long)buf[i]);
+		const uint64_t *out = (const uint64_t *)(uintptr_t)m.ioaddrs;
+		for (uint64_t i = 0; out == buf && i < n; i++) {
+			if (!out[i] || (out[i] & (GPG - 1))) {
+				failf("map_device: bus address %llu is 0x%llx", (unsigned long long)i,
+				      (unsigned long long)out[i]);
 				return;
 			}
 		}
-		remember(va, buf[0]);
+		remember(va, out == buf ? buf[0] : 0);
 	}
 }
 
