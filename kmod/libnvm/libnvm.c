@@ -196,6 +196,10 @@ static void lnvm_stop_controller(struct lnvm_ctrl *c, const char *why)
 		csts = readl(c->regs + NVME_REG_CSTS);
 		if (csts == ~0U || !(csts & NVME_CSTS_RDY))
 			break;
+		/* user space may set EN again meanwhile (it owns the registers too): insist */
+		cc = readl(c->regs + NVME_REG_CC);
+		if (cc != ~0U && (cc & NVME_CC_EN))
+			writel(cc & ~NVME_CC_EN, c->regs + NVME_REG_CC);
 		if (time_after(jiffies, deadline)) {
 			atomic64_inc(&lnvm.stop_timeouts);
 			dev_warn(&c->pdev->dev,

@@ -282,6 +282,8 @@ static void op_unmap(void)
 
 	pthread_mutex_lock(&P.lock);
 	a = P.addrs[below(NADDRS)];
+	for (int i = 0; i < 8 && !a; i++)   /* prefer a remembered window */
+		a = P.addrs[below(NADDRS)];
 	pthread_mutex_unlock(&P.lock);
 	if (below(5) == 0)
 		a = next();
@@ -372,8 +374,13 @@ static void op_enable(void)
 	uint64_t asq, acq;
 
 	pthread_mutex_lock(&P.lock);
-	asq = P.bus[below(NADDRS)] & ~(PG - 1);
-	acq = P.bus[below(NADDRS)] & ~(PG - 1);
+	asq = acq = 0;
+	for (int i = 0; i < 16 && !(asq && acq); i++) {
+		if (!asq)
+			asq = P.bus[below(NADDRS)] & ~(PG - 1);
+		if (!acq)
+			acq = P.bus[below(NADDRS)] & ~(PG - 1);
+	}
 	pthread_mutex_unlock(&P.lock);
 	if (!asq || !acq)
 		return;
@@ -405,21 +412,19 @@ static void op_gs_alloc(void)
 
 static void op_gs_free(void)
 {
+	/* under the lock: gpusim_reset may not close the space's file meanwhile */
 	pthread_mutex_lock(&P.lock);
 	int i = below(NALLOCS);
 	uint64_t va = P.allocs[i];
 	P.allocs[i] = 0;
-	int fd = P.gs_fd;
-	pthread_mutex_unlock(&P.lock);
-	if (!va)
-		return;
-	struct gpusim_free f = { .gpu_va = va };
-	if (ioctl(fd, GPUSIM_IOC_FREE, &f))   /* runs the callbacks of windows on it */
-		failf("gpusim free of 0x%llx: %s", (unsigned long long)va, strerror(errno));
-	else
-		OKC(OP_GS_FREE);
-	pthread_mutex_lock(&P.lock);
-	P.freed[i] = va;
+	if (va) {
+		struct gpusim_free f = { .gpu_va = va };
+		if (ioctl(P.gs_fd, GPUSIM_IOC_FREE, &f))   /* runs the callbacks of windows on it */
+			failf("gpusim free of 0x%llx: %s", (unsigned long long)va, strerror(errno));
+		else
+			OKC(OP_GS_FREE);
+		P.freed[i] = va;
+	}
 	pthread_mutex_unlock(&P.lock);
 }
 
