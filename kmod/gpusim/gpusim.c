@@ -19,6 +19,8 @@
  *             cover, so the pages stay reserved after the allocation is freed.
  *   gs_dmabuf one exported dma-buf (GPUSIM_IOC_EXPORT_DMABUF): the BAR pages of the exported
  *             range, each referenced, so they outlive the allocation until the dma-buf is released.
+ *   gs_dma    one nvidia_p2p_dma_mapping handed out: the bus addresses of a pin's pages for one
+ *             peer PCI device (dma_map_resource), hanging off its pin and torn down with it.
  *   page_ref  per BAR page reference count: one for the owning allocation, one per persistent
  *             pin and one per dma-buf covering it. A page is free when its count is zero.
  *
@@ -145,6 +147,16 @@ struct gs_pin {
 	struct nvidia_p2p_page *page_array;
 	struct nvidia_p2p_page **page_ptrs;
 	u8 uuid[NVIDIA_P2P_GPU_UUID_LEN];
+	struct list_head dmas;            /* its gs_dma peer mappings */
+};
+
+struct gs_dma {
+	struct nvidia_p2p_dma_mapping m;  /* what clients see */
+	struct list_head reg_node;        /* in gs.dmas */
+	struct list_head pin_node;        /* in pin->dmas */
+	struct gs_pin *pin;
+	u32 mapped;                       /* pages mapped so far (teardown unmaps these) */
+	u64 *addrs;
 };
 
 static struct {
@@ -161,6 +173,9 @@ static struct {
 	u32 *page_ref;
 	struct list_head spaces;
 	struct list_head pins;
+	struct list_head dmas;
+	u64 active_dma_mappings;
+	u64 total_dma_mappings;
 	u64 active_pins;
 	u64 total_pins;
 	u64 callbacks_run;
@@ -175,7 +190,10 @@ static struct {
 	.wq = __WAIT_QUEUE_HEAD_INITIALIZER(gs.wq),
 	.spaces = LIST_HEAD_INIT(gs.spaces),
 	.pins = LIST_HEAD_INIT(gs.pins),
+	.dmas = LIST_HEAD_INIT(gs.dmas),
 };
+
+static void gs_pin_drop_dmas_locked(struct gs_pin *pin);
 
 /* ---------------------------------------------------------------- BAR page pool (gs.lock) --- */
 
@@ -283,6 +301,7 @@ static void gs_run_free_callbacks(struct list_head *pins, u64 freed_va, u64 free
 
 	mutex_lock(&gs.lock);
 	list_for_each_entry_safe(pin, tmp, pins, alloc_node) {
+		gs_pin_drop_dmas_locked(pin);
 		list_del(&pin->reg_node);
 		list_del_init(&pin->alloc_node);
 		pin->state = GS_PIN_DONE;
@@ -950,6 +969,7 @@ static struct gs_pin *gs_pin_new(u64 va, u64 len)
 	pin->pt.gpu_uuid = pin->uuid;
 	pin->pt.flags = 0;   /* BAR memory over PCIe: never CPU-cacheable */
 	INIT_LIST_HEAD(&pin->alloc_node);
+	INIT_LIST_HEAD(&pin->dmas);
 	pin->refs = 1;
 	return pin;
 }
@@ -1055,6 +1075,7 @@ static int gs_put_pages(u64 va, struct nvidia_p2p_page_table *pt, bool persisten
 		mutex_unlock(&gs.lock);
 		return -EINVAL;
 	}
+	gs_pin_drop_dmas_locked(pin);
 	list_del(&pin->reg_node);
 	list_del(&pin->alloc_node);
 	if (persistent)
@@ -1118,27 +1139,184 @@ int nvidia_p2p_free_page_table(struct nvidia_p2p_page_table *page_table)
 EXPORT_SYMBOL(nvidia_p2p_free_page_table);
 
 /*
- * Peer DMA mappings need an IOMMU/peer topology that a simulated BAR cannot provide; gdrdrv does
- * not use them. Report it honestly instead of handing out addresses nobody checked.
+ * Peer DMA mappings: the bus addresses of a page table's BAR pages as one peer PCI device sees
+ * them. Each page goes through dma_map_resource() for the peer, so without an IOMMU the address
+ * is the BAR's physical address and with one it is an IOVA in the peer's domain. A mapping hangs
+ * off its pin (pin->dmas) and is registered in gs.dmas, so that a stale or made-up pointer is
+ * recognised without being dereferenced. Teardown:
+ *   - nvidia_p2p_dma_unmap_pages() by the client, while the pin is live;
+ *   - nvidia_p2p_free_dma_mapping() from the pin's free callback (the client says it is done);
+ *   - gpusim itself after the free callback returned, and on put_pages, for whatever mapping
+ *     the client left: NVIDIA's driver owns the mappings and tears them down with the pages.
  */
+static struct gs_dma *gs_dma_lookup_locked(struct nvidia_p2p_dma_mapping *m)
+{
+	struct gs_dma *d;
+
+	list_for_each_entry(d, &gs.dmas, reg_node)
+		if (&d->m == m)
+			return d;
+	return NULL;
+}
+
+/* Under gs.lock: unmap every page from the peer, unlink and free. */
+static void gs_dma_destroy_locked(struct gs_dma *d)
+{
+	u32 i;
+
+	for (i = 0; i < d->mapped; i++)
+		dma_unmap_resource(&d->m.pci_dev->dev, d->addrs[i], GS_PAGE_SIZE,
+				   DMA_BIDIRECTIONAL, 0);
+	list_del(&d->reg_node);
+	list_del(&d->pin_node);
+	pci_dev_put(d->m.pci_dev);
+	gs.active_dma_mappings--;
+	kvfree(d->addrs);
+	kfree(d);
+}
+
+/* Under gs.lock: whatever the client left mapped on @pin. */
+static void gs_pin_drop_dmas_locked(struct gs_pin *pin)
+{
+	struct gs_dma *d, *tmp;
+
+	list_for_each_entry_safe(d, tmp, &pin->dmas, pin_node) {
+		gs_dbg(1, "tearing down dma mapping of va 0x%llx for %s\n", pin->va,
+		       pci_name(d->m.pci_dev));
+		gs_dma_destroy_locked(d);
+	}
+}
+
 int nvidia_p2p_dma_map_pages(struct pci_dev *peer, struct nvidia_p2p_page_table *page_table,
 			     struct nvidia_p2p_dma_mapping **dma_mapping)
 {
-	gs_dbg(1, "dma_map_pages is not supported by the simulator\n");
-	return -EOPNOTSUPP;
+	struct gs_pin *pin;
+	struct gs_dma *d;
+	u64 limit;
+	u32 i, n;
+	int ret;
+
+	if (!peer || !page_table || !dma_mapping)
+		return -EINVAL;
+
+	mutex_lock(&gs.lock);
+	pin = gs_pin_lookup_locked(page_table);
+	if (!pin || pin->state != GS_PIN_ACTIVE) {
+		mutex_unlock(&gs.lock);
+		gs_dbg(1, "dma_map_pages: page table %p is not live\n", page_table);
+		return -EINVAL;
+	}
+	n = pin->pt.entries;
+	/*
+	 * Without an IOMMU the peer reaches the BAR at its physical address, which must fit its
+	 * DMA mask (the DMA API would only warn and fail); with one the IOMMU picks the address.
+	 */
+	limit = min_not_zero(dma_get_mask(&peer->dev), peer->dev.bus_dma_limit);
+	if (!device_iommu_mapped(&peer->dev)) {
+		for (i = 0; i < n; i++) {
+			if (pin->page_array[i].physical_address + GS_PAGE_SIZE - 1 > limit) {
+				mutex_unlock(&gs.lock);
+				pr_warn("dma_map_pages: %s cannot reach BAR address 0x%llx (DMA mask 0x%llx)\n",
+					pci_name(peer), pin->page_array[i].physical_address, limit);
+				return -EINVAL;
+			}
+		}
+	}
+	d = kzalloc(sizeof(*d), GFP_KERNEL);
+	if (d)
+		d->addrs = kvcalloc(n, sizeof(*d->addrs), GFP_KERNEL);
+	if (!d || !d->addrs) {
+		mutex_unlock(&gs.lock);
+		if (d)
+			kfree(d);
+		return -ENOMEM;
+	}
+	d->m.version = NVIDIA_P2P_DMA_MAPPING_VERSION;
+	d->m.page_size_type = pin->pt.page_size;
+	d->m.entries = n;
+	d->m.dma_addresses = d->addrs;
+	d->m.private = pin;
+	d->m.pci_dev = pci_dev_get(peer);
+	d->pin = pin;
+	INIT_LIST_HEAD(&d->pin_node);
+	list_add_tail(&d->reg_node, &gs.dmas);
+	gs.active_dma_mappings++;
+	gs.total_dma_mappings++;
+	for (i = 0; i < n; i++) {
+		dma_addr_t a = dma_map_resource(&peer->dev, pin->page_array[i].physical_address,
+						GS_PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
+
+		if (dma_mapping_error(&peer->dev, a)) {
+			ret = -EIO;
+			pr_warn("dma_map_pages: mapping BAR page 0x%llx for %s failed\n",
+				pin->page_array[i].physical_address, pci_name(peer));
+			gs_dma_destroy_locked(d);
+			gs.total_dma_mappings--;
+			mutex_unlock(&gs.lock);
+			return ret;
+		}
+		d->addrs[i] = a;
+		d->mapped = i + 1;
+	}
+	list_add_tail(&d->pin_node, &pin->dmas);
+	*dma_mapping = &d->m;
+	mutex_unlock(&gs.lock);
+	gs_dbg(1, "dma_map_pages: va 0x%llx, %u pages for %s\n", pin->va, n, pci_name(peer));
+	return 0;
 }
 EXPORT_SYMBOL(nvidia_p2p_dma_map_pages);
 
 int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer, struct nvidia_p2p_page_table *page_table,
 			       struct nvidia_p2p_dma_mapping *dma_mapping)
 {
-	return -EINVAL;   /* no mapping can exist */
+	struct gs_pin *pin;
+	struct gs_dma *d;
+
+	if (!peer || !page_table || !dma_mapping)
+		return -EINVAL;
+	mutex_lock(&gs.lock);
+	pin = gs_pin_lookup_locked(page_table);
+	d = gs_dma_lookup_locked(dma_mapping);
+	if (!pin || !d || d->pin != pin || d->m.pci_dev != peer) {
+		mutex_unlock(&gs.lock);
+		gs_dbg(1, "dma_unmap_pages: mapping %p does not belong to page table %p and peer %s\n",
+		       dma_mapping, page_table, pci_name(peer));
+		return -EINVAL;
+	}
+	if (pin->state == GS_PIN_CALLBACK && pin->cb_task != current) {
+		/* The free callback owns the teardown (as with put_pages): wait for it, then fail. */
+		pin->refs++;
+		mutex_unlock(&gs.lock);
+		wait_event(gs.wq, READ_ONCE(pin->state) == GS_PIN_DONE);
+		mutex_lock(&gs.lock);
+		gs_pin_unref_locked(pin);
+		mutex_unlock(&gs.lock);
+		return -EINVAL;
+	}
+	gs_dma_destroy_locked(d);
+	mutex_unlock(&gs.lock);
+	return 0;
 }
 EXPORT_SYMBOL(nvidia_p2p_dma_unmap_pages);
 
 int nvidia_p2p_free_dma_mapping(struct nvidia_p2p_dma_mapping *dma_mapping)
 {
-	return -EINVAL;
+	struct gs_dma *d;
+
+	if (!dma_mapping)
+		return -EINVAL;
+	mutex_lock(&gs.lock);
+	d = gs_dma_lookup_locked(dma_mapping);
+	if (!d || d->pin->state != GS_PIN_CALLBACK) {
+		mutex_unlock(&gs.lock);
+		/* Outside a free callback the client must use nvidia_p2p_dma_unmap_pages(). */
+		gs_dbg(1, "free_dma_mapping: %p is not a mapping of a page table being freed\n",
+		       dma_mapping);
+		return -EINVAL;
+	}
+	gs_dma_destroy_locked(d);
+	mutex_unlock(&gs.lock);
+	return 0;
 }
 EXPORT_SYMBOL(nvidia_p2p_free_dma_mapping);
 
@@ -1189,6 +1367,8 @@ static int gs_stats_show(struct seq_file *m, void *unused)
 		   gs.bar_phys, gs.bar_size, gs.npages, gs.free_pages);
 	seq_printf(m, "active_pins: %llu\ntotal_pins: %llu\ncallbacks_run: %llu\n",
 		   gs.active_pins, gs.total_pins, gs.callbacks_run);
+	seq_printf(m, "active_dma_mappings: %llu\ntotal_dma_mappings: %llu\n",
+		   gs.active_dma_mappings, gs.total_dma_mappings);
 	seq_printf(m, "active_dmabufs: %llu\ndmabuf_pages: %llu\ndmabuf_attachments: %llu\ntotal_dmabufs: %llu\n",
 		   gs.active_dmabufs, gs.dmabuf_pages, gs.dmabuf_attachments, gs.total_dmabufs);
 	list_for_each_entry(sp, &gs.spaces, node) {

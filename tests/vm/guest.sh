@@ -150,11 +150,24 @@ if [ ${#FAILED[@]} -eq 0 ]; then
 fi
 
 # --- unload: must succeed, i.e. nothing may still hold the modules ------------------------
-for m in p2ptest dmabuf_import gdrdrv; do
+# The libnvm helper (loaded by the storage suites) must hold no window when the run ends.
+LNVM_STATS=/sys/kernel/debug/libnvm/stats
+if grep -q '^libnvm ' /proc/modules && [ -r "$LNVM_STATS" ]; then
+	held=$(awk '$1 ~ /^(host|gpu)_(windows|pages):$/ && $2 != 0' "$LNVM_STATS")
+	[ -z "$held" ] || fail "libnvm still holds windows at the end: $(echo $held)"
+fi
+for m in p2ptest dmabuf_import libnvm gdrdrv; do
 	if grep -q "^$m " /proc/modules; then
 		rmmod "$m" || fail "rmmod $m"
 	fi
 done
+GS_STATS=/sys/kernel/debug/gpusim/stats
+if [ -r "$GS_STATS" ]; then
+	for k in active_pins active_dma_mappings; do
+		v=$(awk -v k="$k:" '$1 == k { print $2 }' "$GS_STATS")
+		[ -z "$v" ] || [ "$v" = 0 ] || fail "gpusim: $k is $v at the end of the run"
+	done
+fi
 if grep -q '^gpusim ' /proc/modules; then
 	rmmod gpusim || fail "rmmod gpusim"
 fi

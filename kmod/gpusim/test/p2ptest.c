@@ -15,6 +15,7 @@
 #include <linux/slab.h>
 #include <linux/mutex.h>
 #include <linux/uaccess.h>
+#include <linux/pci.h>
 
 #include "nv-p2p.h"
 #include "p2ptest.h"
@@ -28,6 +29,11 @@ struct p2pt_slot {
 	u64 va;
 	u64 len;
 	struct nvidia_p2p_page_table *pt;
+	struct nvidia_p2p_dma_mapping *dm;     /* live peer mapping */
+	struct nvidia_p2p_dma_mapping *dm_old; /* the last one, for stale-pointer tests */
+	struct pci_dev *peer;                  /* referenced while dm is set */
+	bool cb_leave;
+	int free_dma_ret;
 };
 
 struct p2pt_file {
@@ -43,6 +49,14 @@ static void p2pt_free_callback(void *data)
 
 	mutex_lock(&pf->lock);
 	slot->cb_fired = true;
+	slot->free_dma_ret = 1;
+	if (slot->dm) {
+		if (!slot->cb_leave)
+			slot->free_dma_ret = nvidia_p2p_free_dma_mapping(slot->dm);
+		slot->dm = NULL;
+		pci_dev_put(slot->peer);
+		slot->peer = NULL;
+	}
 	if (slot->pt) {
 		ret = nvidia_p2p_free_page_table(slot->pt);
 		if (ret)
@@ -80,6 +94,10 @@ static long p2pt_pin(struct p2pt_file *pf, struct p2pt_pin *arg)
 	slot->va = arg->va;
 	slot->len = arg->len;
 	slot->pt = NULL;
+	slot->dm = NULL;
+	slot->dm_old = NULL;
+	slot->peer = NULL;
+	slot->free_dma_ret = 1;
 
 	/* The lock stays held across the call, as gdrdrv holds its region lock. */
 	switch (arg->mode) {
@@ -128,6 +146,8 @@ static long p2pt_pin(struct p2pt_file *pf, struct p2pt_pin *arg)
 static long p2pt_unpin_slot(struct p2pt_file *pf, struct p2pt_slot *slot)
 {
 	struct nvidia_p2p_page_table *pt;
+	struct nvidia_p2p_dma_mapping *dm;
+	struct pci_dev *peer;
 	long ret;
 
 	mutex_lock(&pf->lock);
@@ -136,9 +156,24 @@ static long p2pt_unpin_slot(struct p2pt_file *pf, struct p2pt_slot *slot)
 		return -EINVAL;
 	}
 	pt = slot->pt;
+	dm = slot->dm;
+	peer = slot->peer;
+	slot->dm = NULL;
+	slot->peer = NULL;
 	slot->pt = NULL;
 	slot->unpinning = true;
 	mutex_unlock(&pf->lock);
+
+	/*
+	 * A client unmaps before it unpins, without its lock: a racing free callback waits for
+	 * that lock, and gpusim makes the unmap wait for the callback (then fails with -EINVAL).
+	 */
+	if (pt && dm) {
+		ret = nvidia_p2p_dma_unmap_pages(peer, pt, dm);
+		if (ret && ret != -EINVAL)
+			pr_err("dma_unmap_pages before put_pages returned %ld\n", ret);
+	}
+	pci_dev_put(peer);
 
 	if (!pt)
 		ret = 1;
@@ -238,6 +273,125 @@ out:
 	return ret;
 }
 
+static struct pci_dev *p2pt_get_pdev(u32 domain, u32 bus, u32 devfn)
+{
+	if (bus > 255 || devfn > 255)
+		return NULL;
+	return pci_get_domain_bus_and_slot(domain, bus, devfn);
+}
+
+static long p2pt_dma_map(struct p2pt_file *pf, struct p2pt_dma *a)
+{
+	static struct nvidia_p2p_page_table bogus;
+	struct nvidia_p2p_dma_mapping *m = NULL;
+	struct p2pt_slot *slot;
+	struct pci_dev *peer;
+	long ret;
+	u32 i;
+
+	if (a->slot >= P2PT_SLOTS)
+		return -ENOENT;
+	peer = p2pt_get_pdev(a->domain, a->bus, a->devfn);
+	if (!peer)
+		return -ENODEV;
+	slot = &pf->slots[a->slot];
+	mutex_lock(&pf->lock);
+	if (!slot->used || !slot->pt || slot->dm) {
+		ret = -ENOENT;
+		goto out;
+	}
+	ret = nvidia_p2p_dma_map_pages((a->flags & P2PT_DMA_NULL_PEER) ? NULL : peer,
+				       (a->flags & P2PT_DMA_BAD_TABLE) ? &bogus : slot->pt,
+				       (a->flags & P2PT_DMA_NULL_OUT) ? NULL : &m);
+	if (ret)
+		goto out;
+	if (!m) {
+		pr_err("dma_map_pages succeeded without a mapping\n");
+		ret = -EPROTO;
+		goto out;
+	}
+	slot->dm = m;
+	slot->dm_old = m;
+	slot->peer = peer;
+	peer = NULL;   /* the slot holds the reference now */
+	slot->cb_leave = a->flags & P2PT_DMA_CB_LEAVE;
+	a->version = m->version;
+	a->page_size_type = m->page_size_type;
+	a->entries = m->entries;
+	a->pci_dev_ok = m->pci_dev == slot->peer;
+	a->equal_phys = 0;
+	for (i = 0; i < m->entries && i < slot->pt->entries; i++)
+		a->equal_phys += m->dma_addresses[i] == slot->pt->pages[i]->physical_address;
+	a->first = m->entries ? m->dma_addresses[0] : 0;
+	a->last = m->entries ? m->dma_addresses[m->entries - 1] : 0;
+out:
+	mutex_unlock(&pf->lock);
+	pci_dev_put(peer);
+	return ret;
+}
+
+static long p2pt_dma_unmap(struct p2pt_file *pf, struct p2pt_dma_unmap *a)
+{
+	struct pci_dev *other_peer = NULL;
+	struct p2pt_slot *slot;
+	long ret;
+
+	if (a->slot >= P2PT_SLOTS || a->other >= P2PT_SLOTS)
+		return -ENOENT;
+	if (a->how == P2PT_UNMAP_WRONG_PEER || a->how == P2PT_UNMAP_STALE) {
+		other_peer = p2pt_get_pdev(a->domain, a->bus, a->devfn);
+		if (!other_peer)
+			return -ENODEV;
+	}
+	slot = &pf->slots[a->slot];
+	mutex_lock(&pf->lock);
+	if (!slot->used || !slot->pt ||
+	    (a->how == P2PT_UNMAP_STALE ? !slot->dm_old : !slot->dm)) {
+		ret = -ENOENT;
+		goto out;
+	}
+	switch (a->how) {
+	case P2PT_UNMAP_OK: {
+		struct nvidia_p2p_page_table *pt = slot->pt;
+		struct nvidia_p2p_dma_mapping *dm = slot->dm;
+		struct pci_dev *peer = slot->peer;
+
+		/* as in unpin: the call may wait for a running free callback, so drop the lock */
+		slot->dm = NULL;
+		slot->peer = NULL;
+		mutex_unlock(&pf->lock);
+		ret = nvidia_p2p_dma_unmap_pages(peer, pt, dm);
+		pci_dev_put(peer);
+		pci_dev_put(other_peer);
+		return ret;
+	}
+	case P2PT_UNMAP_WRONG_PEER:
+		ret = nvidia_p2p_dma_unmap_pages(other_peer, slot->pt, slot->dm);
+		break;
+	case P2PT_UNMAP_WRONG_TABLE:
+		ret = pf->slots[a->other].pt ?
+		      nvidia_p2p_dma_unmap_pages(slot->peer, pf->slots[a->other].pt, slot->dm) :
+		      -ENOENT;
+		break;
+	case P2PT_UNMAP_FREE:
+		ret = nvidia_p2p_free_dma_mapping(slot->dm);
+		break;
+	case P2PT_UNMAP_NULL:
+		ret = nvidia_p2p_dma_unmap_pages(slot->peer, slot->pt, NULL);
+		break;
+	case P2PT_UNMAP_STALE:
+		/* the pointer is never dereferenced by gpusim: it is looked up first */
+		ret = nvidia_p2p_dma_unmap_pages(other_peer, slot->pt, slot->dm_old);
+		break;
+	default:
+		ret = -ENOENT;
+	}
+out:
+	mutex_unlock(&pf->lock);
+	pci_dev_put(other_peer);
+	return ret;
+}
+
 /* The exports gpusim does not implement must say so with the documented errors. */
 static long p2pt_selftest(void)
 {
@@ -251,7 +405,7 @@ static long p2pt_selftest(void)
 	EXPECT(nvidia_p2p_free_page_table(NULL), -EINVAL);
 	EXPECT(nvidia_p2p_put_pages(0, 0, 0x200000000000ULL, NULL), -EINVAL);
 	EXPECT(nvidia_p2p_put_pages_persistent(0x200000000000ULL, NULL, 0), -EINVAL);
-	EXPECT(nvidia_p2p_dma_map_pages(NULL, NULL, &dm), -EOPNOTSUPP);
+	EXPECT(nvidia_p2p_dma_map_pages(NULL, NULL, &dm), -EINVAL);
 	EXPECT(nvidia_p2p_dma_unmap_pages(NULL, NULL, NULL), -EINVAL);
 	EXPECT(nvidia_p2p_free_dma_mapping(NULL), -EINVAL);
 	EXPECT(nvidia_p2p_init_mapping(0, &params, NULL, NULL), -EOPNOTSUPP);
@@ -338,6 +492,42 @@ static long p2pt_ioctl(struct file *file, unsigned int cmd, unsigned long uarg)
 	}
 	case P2PT_IOC_SELFTEST:
 		return p2pt_selftest();
+	case P2PT_IOC_DMA_MAP: {
+		struct p2pt_dma a;
+
+		if (copy_from_user(&a, up, sizeof(a)))
+			return -EFAULT;
+		ret = p2pt_dma_map(pf, &a);
+		if (ret == 0 && copy_to_user(up, &a, sizeof(a)))
+			return -EFAULT;
+		return ret;
+	}
+	case P2PT_IOC_DMA_UNMAP: {
+		struct p2pt_dma_unmap a;
+
+		if (copy_from_user(&a, up, sizeof(a)))
+			return -EFAULT;
+		return p2pt_dma_unmap(pf, &a);
+	}
+	case P2PT_IOC_DMA_CB: {
+		struct p2pt_dma_cb a;
+		struct p2pt_slot *slot;
+
+		if (copy_from_user(&a, up, sizeof(a)))
+			return -EFAULT;
+		if (a.slot >= P2PT_SLOTS)
+			return -ENOENT;
+		slot = &pf->slots[a.slot];
+		mutex_lock(&pf->lock);
+		a.cb_fired = slot->cb_fired;
+		a.free_dma_ret = slot->free_dma_ret;
+		a.mapped = slot->dm != NULL;
+		ret = slot->used ? 0 : -ENOENT;
+		mutex_unlock(&pf->lock);
+		if (ret == 0 && copy_to_user(up, &a, sizeof(a)))
+			return -EFAULT;
+		return ret;
+	}
 	default:
 		return -ENOTTY;
 	}

@@ -10,6 +10,7 @@
  * Tests that need p2ptest are skipped with a message when its device node is missing.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -133,6 +134,23 @@ static uint64_t pins_now(void)
 		r = info.active_pins;
 	if (fd >= 0)
 		close(fd);
+	return r;
+}
+
+/* A counter from /sys/kernel/debug/gpusim/stats, or ~0 if unreadable. */
+static uint64_t stat_now(const char *key)
+{
+	char line[256];
+	uint64_t r = ~0ULL;
+	size_t kl = strlen(key);
+	FILE *f = fopen("/sys/kernel/debug/gpusim/stats", "r");
+
+	if (!f)
+		return r;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, key, kl) == 0 && line[kl] == ':')
+			r = strtoull(line + kl + 1, NULL, 0);
+	fclose(f);
 	return r;
 }
 
@@ -1132,6 +1150,198 @@ static int t_p2p_put_vs_callback(void)
 	return 0;
 }
 
+
+/* --- nvidia_p2p_dma_map_pages and friends ------------------------------------------------- */
+
+struct bdf { uint32_t domain, bus, devfn; char name[32]; };
+
+/* the first PCI device with this vendor:device */
+static bool find_pci(const char *vendor, const char *device, struct bdf *b)
+{
+	DIR *d = opendir("/sys/bus/pci/devices");
+	struct dirent *e;
+	bool found = false;
+
+	if (!d)
+		return false;
+	while (!found && (e = readdir(d))) {
+		char path[512], v[16] = "", dv[16] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/vendor", e->d_name);
+		if ((f = fopen(path, "r"))) { if (!fgets(v, sizeof(v), f)) v[0] = 0; fclose(f); }
+		snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/device", e->d_name);
+		if ((f = fopen(path, "r"))) { if (!fgets(dv, sizeof(dv), f)) dv[0] = 0; fclose(f); }
+		unsigned dom, bus, dev, fn;
+		if (strncmp(v, vendor, strlen(vendor)) == 0 && strncmp(dv, device, strlen(device)) == 0 &&
+		    sscanf(e->d_name, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) == 4) {
+			b->domain = dom;
+			b->bus = bus;
+			b->devfn = (dev << 3) | fn;
+			snprintf(b->name, sizeof(b->name), "%.31s", e->d_name);
+			found = true;
+		}
+	}
+	closedir(d);
+	return found;
+}
+
+/* no IOMMU: bus address == physical address */
+static bool have_iommu(void)
+{
+	DIR *d = opendir("/sys/kernel/iommu_groups");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return false;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n > 0;
+}
+
+static int p2p_dma_map(int pfd, uint32_t slot, const struct bdf *b, uint32_t flags,
+		       struct p2pt_dma *out)
+{
+	struct p2pt_dma a = { .slot = slot, .flags = flags, .domain = b->domain, .bus = b->bus,
+			      .devfn = b->devfn };
+	int r = ioctl(pfd, P2PT_IOC_DMA_MAP, &a);
+
+	if (out)
+		*out = a;
+	return r;
+}
+
+static int p2p_dma_unmap(int pfd, uint32_t slot, uint32_t how, uint32_t other, const struct bdf *b)
+{
+	struct p2pt_dma_unmap a = { .slot = slot, .how = how, .other = other,
+				    .domain = b ? b->domain : 0, .bus = b ? b->bus : 0,
+				    .devfn = b ? b->devfn : 0 };
+
+	return ioctl(pfd, P2PT_IOC_DMA_UNMAP, &a);
+}
+
+static int p2p_dma_cb(int pfd, uint32_t slot, struct p2pt_dma_cb *out)
+{
+	out->slot = slot;
+	return ioctl(pfd, P2PT_IOC_DMA_CB, out);
+}
+
+static int t_p2p_dma_map(void)
+{
+	if (!have_p2ptest())
+		return 0;
+	struct bdf gpu, peer;
+	const uint64_t len = 8 * GPAGE;
+	struct p2pt_dma m;
+	struct p2pt_status st;
+	struct p2pt_dma_cb cb;
+	uint32_t s1 = 0, s2 = 0, s3 = 0, s4 = 0;
+	uint64_t va, vb, before = free_now();
+	int fd = gs_open(), pfd = p2p_fd();
+
+	CHECK(fd >= 0 && pfd >= 0, "open");
+	CHECK(find_pci("0x1af4", "0x1110", &gpu), "ivshmem device not found");
+	/* the NVMe controller is the peer storage maps for; without one, the GPU itself */
+	if (!find_pci("0x1b36", "0x0010", &peer)) {
+		printf("# no NVMe controller: the ivshmem device stands in as the only peer\n");
+		peer = gpu;
+	}
+	bool two = strcmp(gpu.name, peer.name) != 0, iommu = have_iommu();
+	uint64_t base = stat_now("active_dma_mappings");
+	CHECK(base == 0, "active_dma_mappings %llu at start (stats readable?)",
+	      (unsigned long long)base);
+
+	CHECK_OK(gs_alloc(fd, len, &va));
+	CHECK_OK(p2p_pin(pfd, va, len, P2PT_MODE_GET_PAGES, &s1));
+	CHECK_OK(p2p_pin(pfd, va + 2 * GPAGE, 2 * GPAGE, P2PT_MODE_GET_PAGES, &s2));
+	CHECK_OK(p2p_pin(pfd, va, GPAGE, P2PT_MODE_GET_PAGES, &s3));
+
+	/* bad arguments: nothing mapped, nothing leaked */
+	CHECK_ERR(p2p_dma_map(pfd, s3, &peer, P2PT_DMA_NULL_PEER, NULL), EINVAL);
+	CHECK_ERR(p2p_dma_map(pfd, s3, &peer, P2PT_DMA_NULL_OUT, NULL), EINVAL);
+	CHECK_ERR(p2p_dma_map(pfd, s3, &peer, P2PT_DMA_BAD_TABLE, NULL), EINVAL);
+	CHECK(stat_now("active_dma_mappings") == 0, "failed maps left a mapping");
+
+	/* a mapping for the peer: NVIDIA's fields, and BAR addresses as the peer sees them */
+	CHECK_OK(p2p_dma_map(pfd, s1, &peer, 0, &m));
+	CHECK(m.version == 0x00020003, "mapping version 0x%x", m.version);
+	CHECK(m.page_size_type == 1, "page_size_type %u (64 KiB expected)", m.page_size_type);
+	CHECK(m.entries == 8, "entries %u", m.entries);
+	CHECK(m.pci_dev_ok, "mapping->pci_dev is not the peer");
+	CHECK_OK(p2p_status(pfd, s1, &st));
+	if (!iommu) {
+		CHECK(m.equal_phys == 8, "%u of 8 bus addresses equal the BAR physical addresses",
+		      m.equal_phys);
+	} else {
+		printf("# IOMMU present: bus addresses are IOVAs (0x%llx..), not compared with the BAR\n",
+		       (unsigned long long)m.first);
+	}
+	CHECK(stat_now("active_dma_mappings") == 1, "active_dma_mappings after map");
+	/* a second table of the same memory, mapped for the GPU device itself */
+	CHECK_OK(p2p_dma_map(pfd, s2, &gpu, P2PT_DMA_CB_LEAVE, &m));
+	CHECK(m.entries == 2 && m.pci_dev_ok, "second mapping");
+	if (!iommu)
+		CHECK(m.equal_phys == 2, "second mapping addresses");
+	CHECK(stat_now("active_dma_mappings") == 2, "active_dma_mappings after two maps");
+
+	/* unmap with wrong arguments: refused, mapping kept */
+	if (two)
+		CHECK_ERR(p2p_dma_unmap(pfd, s1, P2PT_UNMAP_WRONG_PEER, 0, &gpu), EINVAL);
+	CHECK_ERR(p2p_dma_unmap(pfd, s1, P2PT_UNMAP_WRONG_TABLE, s3, NULL), EINVAL);
+	CHECK_ERR(p2p_dma_unmap(pfd, s1, P2PT_UNMAP_FREE, 0, NULL), EINVAL);
+	CHECK_ERR(p2p_dma_unmap(pfd, s1, P2PT_UNMAP_NULL, 0, NULL), EINVAL);
+	CHECK(stat_now("active_dma_mappings") == 2, "refused unmaps changed the mappings");
+	/* the right unmap, then the same pointer again */
+	CHECK_OK(p2p_dma_unmap(pfd, s1, P2PT_UNMAP_OK, 0, NULL));
+	CHECK(stat_now("active_dma_mappings") == 1, "unmap did not tear down");
+	CHECK_ERR(p2p_dma_unmap(pfd, s1, P2PT_UNMAP_STALE, 0, &peer), EINVAL);
+
+	/*
+	 * Free with live mappings: s1's callback hands its mapping back with
+	 * nvidia_p2p_free_dma_mapping(), s2's leaves it, and gpusim must tear both down.
+	 */
+	CHECK_OK(p2p_dma_map(pfd, s1, &peer, 0, &m));
+	CHECK(stat_now("active_dma_mappings") == 2, "re-map");
+	CHECK_OK(gs_free(fd, va));
+	CHECK_OK(p2p_dma_cb(pfd, s1, &cb));
+	CHECK(cb.cb_fired && cb.free_dma_ret == 0 && !cb.mapped,
+	      "s1 callback: fired %u free_dma_mapping %d mapped %u", cb.cb_fired, cb.free_dma_ret,
+	      cb.mapped);
+	CHECK_OK(p2p_dma_cb(pfd, s2, &cb));
+	CHECK(cb.cb_fired && cb.free_dma_ret == 1, "s2 callback: fired %u free_dma_mapping %d",
+	      cb.cb_fired, cb.free_dma_ret);
+	CHECK(stat_now("active_dma_mappings") == 0, "%llu mappings survived the free",
+	      (unsigned long long)stat_now("active_dma_mappings"));
+	CHECK(pins_now() == 0, "pins after free");
+	CHECK(p2p_unpin(pfd, s1) == 1 && p2p_unpin(pfd, s2) == 1 && p2p_unpin(pfd, s3) == 1,
+	      "unpin after callback");
+
+	/* persistent pins map the same way; unpinning unmaps */
+	CHECK_OK(gs_alloc(fd, 4 * GPAGE, &vb));
+	CHECK_OK(p2p_pin(pfd, vb, 4 * GPAGE, P2PT_MODE_PERSISTENT, &s4));
+	CHECK_OK(p2p_dma_map(pfd, s4, &peer, 0, &m));
+	CHECK(m.entries == 4 && m.version == 0x00020003, "persistent mapping");
+	CHECK(stat_now("active_dma_mappings") == 1, "persistent mapping counted");
+	CHECK(p2p_unpin(pfd, s4) == 0, "persistent unpin");
+	CHECK(stat_now("active_dma_mappings") == 0, "unpin left a mapping");
+
+	/* closing the client with a live mapping releases everything */
+	CHECK_OK(p2p_pin(pfd, vb, 4 * GPAGE, P2PT_MODE_GET_PAGES, &s4));
+	CHECK_OK(p2p_dma_map(pfd, s4, &peer, 0, &m));
+	close(pfd);
+	CHECK(stat_now("active_dma_mappings") == 0 && pins_now() == 0, "close left a mapping/pin");
+	CHECK_OK(gs_free(fd, vb));
+	CHECK(free_now() == before, "BAR pages leaked");
+	printf("# peer %s, gpu %s: %llu mappings made\n", peer.name, gpu.name,
+	       (unsigned long long)stat_now("total_dma_mappings"));
+	close(fd);
+	return 0;
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(void);
@@ -1154,6 +1364,7 @@ static const struct {
 	{ "p2p_foreign_va", t_p2p_foreign_va },
 	{ "p2p_race", t_p2p_race },
 	{ "p2p_put_vs_callback", t_p2p_put_vs_callback },
+	{ "p2p_dma_map", t_p2p_dma_map },
 };
 
 int main(int argc, char **argv)

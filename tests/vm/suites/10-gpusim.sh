@@ -26,7 +26,7 @@ trap unload EXIT
 if [ $# -eq 0 ]; then
 	echo "# scatter_pages=1"
 	echo 1 > /sys/module/gpusim/parameters/scatter_pages
-	"$BIN" mmap_two_mappings exhaust p2p_get_put p2p_persistent
+	"$BIN" mmap_two_mappings exhaust p2p_get_put p2p_persistent p2p_dma_map
 	echo 0 > /sys/module/gpusim/parameters/scatter_pages
 fi
 
