@@ -12,7 +12,13 @@ make -s -C "$REPO/kmod/nv_peer_mem" $KV PEER_MEM_DIR="$REPO/kmod/peermem_host" \
 if [ -d "$REPO/kmod/dmabuf_mr" ]; then
 	make -s -C "$REPO/kmod/dmabuf_mr" $KV modules
 fi
-mkdir -p "$STAGE/bin"
+# The modules go to the staged tree too: scripts/vmtest snapshots target/vmstage per run.
+mkdir -p "$STAGE/bin" "$STAGE/kmod"
+cp "$REPO/kmod/peermem_host/peermem_host.ko" "$REPO/kmod/peermem_host/nvidia_peermem.ko" \
+	"$REPO/kmod/nv_peer_mem/nv_peer_mem.ko" "$STAGE/kmod/"
+if [ -f "$REPO/kmod/dmabuf_mr/dmabuf_mr.ko" ]; then
+	cp "$REPO/kmod/dmabuf_mr/dmabuf_mr.ko" "$STAGE/kmod/"
+fi
 gcc -Wall -Wextra -Werror -O2 -g -pthread -I"$REPO/kmod/gpusim" -I"$REPO/kmod/peermem_host" \
 	-o "$STAGE/bin/peermem_test" "$REPO/tests/vm/peermem/peermem_test.c"
 if [ -f "$REPO/tests/vm/peermem/dmabuf_mr_test.c" ]; then
