@@ -200,6 +200,19 @@ static struct attribute *pmh_attrs[] = {
 };
 static const struct attribute_group pmh_group = { .attrs = pmh_attrs };
 
+/*
+ * The core hangs memory_peers under /sys/kernel/mm. Kernels that do not export mm_kobj (6.12)
+ * get it under /sys/kernel instead, where the consumers' probes do not look (stated at load).
+ */
+static struct kobject *pmh_parent_kobj(void)
+{
+#ifdef PMH_HAVE_MM_KOBJ
+	return mm_kobj;
+#else
+	return kernel_kobj;
+#endif
+}
+
 /* Creates memory_peers on first use and the client's directory; 0 or -errno. */
 static int pmh_sysfs_add(struct pmh_client *c)
 {
@@ -208,7 +221,7 @@ static int pmh_sysfs_add(struct pmh_client *c)
 
 	mutex_lock(&pmh_sysfs_mutex);
 	if (!pmh_peers_kobj) {
-		pmh_peers_kobj = kobject_create_and_add("memory_peers", mm_kobj);
+		pmh_peers_kobj = kobject_create_and_add("memory_peers", pmh_parent_kobj());
 		if (!pmh_peers_kobj) {
 			mutex_unlock(&pmh_sysfs_mutex);
 			return -ENOMEM;
@@ -992,6 +1005,10 @@ static int __init pmh_init(void)
 		goto put_dma;
 	pmh_debugfs = debugfs_create_dir("peermem_host", NULL);
 	debugfs_create_file("stats", 0444, pmh_debugfs, NULL, &pmh_stats_fops);
+#ifndef PMH_HAVE_MM_KOBJ
+	if (sysfs)
+		pr_warn("mm_kobj is not exported by this kernel: the tree is /sys/kernel/memory_peers\n");
+#endif
 	pr_info("HCA DMA device %s (DMA mask 0x%llx), sysfs %d, core order %d\n",
 		pci_name(pmh_dma_pdev), dma_get_mask(&pmh_dma_pdev->dev), sysfs, core_order);
 	return 0;
