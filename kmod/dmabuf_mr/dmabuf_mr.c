@@ -138,7 +138,7 @@ static long dmr_read(struct dmr_file *f, struct dmr_read *rd)
 	mr = xa_load(&f->mrs, rd->handle);
 	if (!mr)
 		return -ENOENT;
-	if ((rd->offset & 7) || rd->offset + 8 > mr->size)
+	if (((mr->offset + rd->offset) & 7) || rd->offset > mr->size || rd->offset + 8 > mr->size)
 		return -EINVAL;
 	if (mr->invalidated)
 		return -EIO;

@@ -32,7 +32,7 @@ struct dmr_reg {
 struct dmr_read {
 	__u32 handle;      /* in */
 	__u32 pad;
-	__u64 offset;      /* in: byte offset from the MR's start (its dma-buf offset), 8-aligned */
+	__u64 offset;      /* in: byte offset from the MR's start; dma-buf offset + this 8-aligned */
 	__u64 value;       /* out */
 };
 

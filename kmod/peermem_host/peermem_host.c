@@ -809,7 +809,7 @@ static long pmh_ioc_read(struct pmh_file *f, struct pmh_read *rd)
 	xa_unlock(&f->mrs);
 	if (!u)
 		return -ENOENT;
-	if ((rd->offset & 7) || rd->offset + 8 > u->size) {
+	if (((u->addr + rd->offset) & 7) || rd->offset > u->size || rd->offset + 8 > u->size) {
 		ret = -EINVAL;
 		goto out;
 	}

@@ -38,7 +38,7 @@ struct pmh_reg {
 struct pmh_read {
 	__u32 handle;      /* in */
 	__u32 pad;
-	__u64 offset;      /* in: byte offset from the MR's addr, 8-byte aligned, < size */
+	__u64 offset;      /* in: byte offset from the MR's addr; addr + offset 8-byte aligned */
 	__u64 value;       /* out: 8 bytes read through the MR's DMA address */
 };
 
