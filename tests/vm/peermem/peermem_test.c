@@ -398,8 +398,8 @@ static int t_races(int n)
 		int dr;
 
 		CHECK(gs_alloc((1 + k % 3) * GPAGE, &f.va) == 0, "alloc: %s", strerror(errno));
-		CHECK(reg(f.va + (k % 7) * 8, GPAGE, PMH_REG_INVAL_SUPP, &r) == 0, "reg: %s",
-		      strerror(errno));
+		CHECK(reg(f.va + (k % 7) * 8, (1 + k % 3) * GPAGE - (k % 7) * 8 - k % 5,
+			  PMH_REG_INVAL_SUPP, &r) == 0, "iteration %d: reg: %s", k, strerror(errno));
 		pthread_create(&t, NULL, free_thread, &f);
 		pthread_barrier_wait(&bar);
 		if (k & 1)
