@@ -30,6 +30,7 @@ HOOKS=(
 	tests/vm/libnvm/vm-build.sh
 	tests/vm/libnvm-pq/vm-build.sh
 	compat-tests/ucx/vm-build.sh
+	kmod/nv_peer_mem/vm-build.sh
 	packaging/vm-build.sh
 )
 for hook in "${HOOKS[@]}"; do
