@@ -193,6 +193,22 @@ pub const NVM_MAP_DEVICE_MEMORY: u64 = 0x4018_8002;
 /// `NVM_UNMAP_MEMORY` = `_IOW(0x80, 3, uint64_t)`.
 pub const NVM_UNMAP_MEMORY: u64 = 0x4008_8003;
 
+/// Our module's `struct nvm_ioctl_version` (docs/libnvm-module.md); upstream 0.3 has no such
+/// ioctl and answers it as an unknown command.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoctlVersion {
+    pub abi_major: u32,
+    pub abi_minor: u32,
+    pub features: u32,
+    pub reserved: u32,
+}
+
+/// `NVM_GET_VERSION` = `_IOR(0x80, 0x40, struct nvm_ioctl_version)`.
+pub const NVM_GET_VERSION: u64 = 0x8010_8040;
+/// The module ABI major this library speaks (upstream 0.3's ioctls are ABI 1.0).
+pub const NVM_ABI_MAJOR: u32 = 1;
+
 /// `NVM_CTRL_MEM_MINSIZE`.
 pub const NVM_CTRL_MEM_MINSIZE: usize = 0x2000;
 /// `NVM_CMD_NS_ALL`.
@@ -244,4 +260,5 @@ const _: () = {
     assert!(size_of::<NvmNsInfo>() == 48 && offset_of!(NvmNsInfo, size) == 8);
     assert!(offset_of!(NvmNsInfo, lba_data_size) == 32 && offset_of!(NvmNsInfo, metadata_size) == 40);
     assert!(size_of::<IoctlMap>() == 24 && offset_of!(IoctlMap, ioaddrs) == 16);
+    assert!(size_of::<IoctlVersion>() == 16 && offset_of!(IoctlVersion, features) == 8);
 };
