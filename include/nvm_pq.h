@@ -82,6 +82,13 @@
 #include <time.h>
 #include <sched.h>
 
+/* On the host the waits use POSIX clocks and sleeps (clock_gettime(CLOCK_MONOTONIC), nanosleep,
+ * sched_yield). glibc declares them in strict ISO C modes (-std=c11) only with a POSIX feature
+ * macro: say so here rather than as implicit-declaration errors further down. */
+#if !defined(__CUDA_ARCH__) && defined(__GLIBC__) && !defined(CLOCK_MONOTONIC)
+#error "nvm_pq.h needs POSIX clocks on the host: build with -D_POSIX_C_SOURCE=200809L (or -std=gnu11)"
+#endif
+
 #if defined(__CUDACC__)
 #define _NVM_PQ_HD __host__ __device__ static inline
 #define _NVM_PQ_H  __host__ static inline
