@@ -35,9 +35,10 @@ restore() {
 }
 trap restore EXIT
 
-mark=$(dmesg | wc -l)
+. "$REPO/tests/vm/lib/kmsg.sh"
+kmsg_mark libnvm-module
 insmod "$KO" || fail "insmod $KO"
-grep -q 'libnvm helper loaded' <<<"$(dmesg | tail -n +"$((mark + 1))")" || fail "no load line"
+grep -q 'libnvm helper loaded' <<<"$(kmsg_since libnvm-module)" || fail "no load line"
 # nvme holds the controller, so loading must not have taken it
 [ "$(basename "$(readlink "/sys/bus/pci/devices/$NVME_BDF/driver")")" = nvme ] ||
 	fail "insmod took the controller away from nvme"
@@ -50,7 +51,8 @@ drv=$(basename "$(readlink "/sys/bus/pci/devices/$NVME_BDF/driver")")
 rmmod libnvm || fail "rmmod libnvm"
 echo "ok - rmmod libnvm"
 
-log=$(dmesg | tail -n +"$((mark + 1))")
+log=$(kmsg_since libnvm-module)
+grep -q . <<<"$log" || fail "the kernel log lost this suite's mark"
 for want in "Adding controller device: $NVME_BDF" "Character device /dev/libnvm0 created" \
 	"GPU driver reclaimed 16 GPU pages" "stopping the controller" \
 	"Controller device removed: $NVME_BDF" "libnvm helper unloaded"; do

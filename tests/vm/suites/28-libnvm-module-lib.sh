@@ -52,7 +52,8 @@ restore() {
 }
 trap restore EXIT
 
-mark=$(dmesg | wc -l)
+. "$REPO/tests/vm/lib/kmsg.sh"
+kmsg_mark libnvm-module-lib
 if ! grep -q '^libnvm ' /proc/modules; then
 	insmod "$KO" || die "insmod $KO"
 	loaded_here=1
@@ -91,6 +92,7 @@ echo "ok - gpusim stats: active_pins 0"
 
 # Unbind from the helper; the restore trap rebinds nvme and checks the namespace.
 echo "$NVME_BDF" > "$dev/driver/unbind" || die "unbind from $HELPER"
-log=$(dmesg | tail -n +"$((mark + 1))")
+log=$(kmsg_since libnvm-module-lib)
+grep -q . <<<"$log" || die "the kernel log lost this suite's mark"
 if grep -E 'BUG:|WARNING:|Oops|Call Trace' <<<"$log"; then die "kernel warnings (above)"; fi
 echo "ok - no kernel warning"
