@@ -36,6 +36,8 @@ pub(crate) fn log_enabled() -> bool {
 pub mod capi;
 mod driver;
 mod entry;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod entry_tests;
 mod exec;
 mod gpusim;
 mod procaddr;

@@ -51,11 +51,11 @@ use gpudirect_common::{Errno, Result};
 use crate::abi::*;
 use crate::engine::ranges::{Range, ranges};
 use crate::sync::lock;
-use crate::verbs::Provider;
 use crate::verbs::area::{alloc_area, free_area};
 use crate::verbs::exp::*;
 use crate::verbs::hook::{self, install_hook};
 use crate::verbs::ibv::{self as verbs, verbs};
+use crate::verbs::provider::Provider;
 use crate::verbs::proxy::cq::{cqs, find_cq, make_cq};
 use crate::verbs::proxy::qp::{ProxyQp, QpInner, find_qp, qps};
 
