@@ -27,6 +27,7 @@ HOOKS=(
 	tools/gdrcopy/vm-build.sh
 	tests/vm/fuzz/vm-build.sh
 	libnvm/vm-build.sh
+	tools/nvm/vm-build.sh
 	tests/vm/libnvm/vm-build.sh
 	tests/vm/libnvm-pq/vm-build.sh
 	compat-tests/ucx/vm-build.sh
