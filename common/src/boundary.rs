@@ -15,7 +15,8 @@
 //!
 //! An `int` body first runs [`Library::enter`] (libgdsync refuses every call in a forked child
 //! there). A function whose failure value is not its type's (libnvm's `nvm_strerror` returns a
-//! string, not NULL) names its own with `on_panic(value)`, and its body is of the return type.
+//! string, not NULL) names its own with `on_panic(value)`, an expression evaluated only after a
+//! panic was caught and reported, and its body is of the return type.
 //!
 //! The unguarded form (`unguarded`) is for the few exports whose common case is a hot leaf:
 //! nothing on it can panic (no allocation, indexing, formatting or unwrap), and every other case
@@ -109,6 +110,13 @@ impl<L: Library> CReturn<L> for () {
 /// which poison.
 #[inline(always)]
 pub fn guard<T>(on_panic: T, report: impl FnOnce(&str), body: impl FnOnce() -> T) -> T {
+    guard_else(|| on_panic, report, body)
+}
+
+/// [`guard`] whose failure value is made only after a panic was caught and reported (for a value
+/// that has an effect, such as setting `errno`).
+#[inline(always)]
+pub fn guard_else<T>(on_panic: impl FnOnce() -> T, report: impl FnOnce(&str), body: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(v) => v,
         Err(payload) => {
@@ -118,19 +126,9 @@ pub fn guard<T>(on_panic: T, report: impl FnOnce(&str), body: impl FnOnce() -> T
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".to_owned());
             report(&msg);
-            on_panic
+            on_panic()
         }
     }
-}
-
-/// The `int` convention of both C APIs: `Ok` is 0, `Err(e)` is `e`'s errno, a panic is `EIO`
-/// (after `report`).
-#[inline(always)]
-pub fn errno_call(report: impl FnOnce(&str), body: impl FnOnce() -> crate::Result<()>) -> c_int {
-    guard(libc::EIO, report, || match body() {
-        Ok(()) => 0,
-        Err(e) => e.0,
-    })
 }
 
 /// The body of a guarded export of library `L` named `function`: [`guard`] with the return
@@ -162,7 +160,8 @@ pub fn run<L: Library, R: CReturn<L>>(function: &str, body: impl FnOnce() -> R::
 /// }
 /// ```
 ///
-/// Each becomes `#[unsafe(no_mangle)] pub [unsafe] extern "C" fn`. See [`crate::boundary`].
+/// Each becomes `#[unsafe(no_mangle)] pub [unsafe] extern "C" fn`. A block of unguarded exports
+/// only may leave out the header. See [`crate::boundary`].
 #[macro_export]
 macro_rules! export {
     (library = $lib:ty; safety = $safety:literal; $($items:tt)*) => {
@@ -190,13 +189,14 @@ macro_rules! export {
         $crate::export!(@items [$lib] [$($safety)?] $($rest)*);
     };
     (@items [$lib:ty] [$($safety:literal)?]
-        $(#[$m:meta])* on_panic($fallback:expr) $v:vis unsafe fn $name:ident($($a:ident: $t:ty),* $(,)?) -> $ret:ty $body:block
+        $(#[$m:meta])* on_panic($fallback:expr)
+        $v:vis unsafe fn $name:ident($($a:ident: $t:ty),* $(,)?) -> $ret:ty $body:block
         $($rest:tt)*
     ) => {
         $crate::export!(@safety [$($safety)?] $(#[$m])* #[unsafe(no_mangle)]
             $v unsafe extern "C" fn $name($($a: $t),*) -> $ret {
-                $crate::boundary::guard(
-                    $fallback,
+                $crate::boundary::guard_else(
+                    || $fallback,
                     |msg| <$lib as $crate::boundary::Library>::panicked(stringify!($name), msg),
                     || -> $ret { $body },
                 )
@@ -209,8 +209,8 @@ macro_rules! export {
     ) => {
         $(#[$m])* #[unsafe(no_mangle)]
         $v extern "C" fn $name($($a: $t),*) -> $ret {
-            $crate::boundary::guard(
-                $fallback,
+            $crate::boundary::guard_else(
+                || $fallback,
                 |msg| <$lib as $crate::boundary::Library>::panicked(stringify!($name), msg),
                 || -> $ret { $body },
             )
@@ -247,6 +247,11 @@ macro_rules! export {
         $($f)*
     };
     (@safety [] $($f:tt)*) => { $($f)* };
+
+    // Without a library: unguarded exports only (a guarded one fails: `()` is no `Library`).
+    ($($items:tt)+) => {
+        $crate::export!(@items [()] [] $($items)+);
+    };
 }
 
 /// Runs a body as a guarded export of library `$lib` named `$name` would: the panic guard with
@@ -292,6 +297,11 @@ mod tests {
         }
     }
 
+    fn fallback() -> *const c_char {
+        SEEN.with(|s| s.borrow_mut().push("fallback made".to_owned()));
+        c"fallback".as_ptr()
+    }
+
     fn seen() -> Vec<String> {
         SEEN.with(|s| std::mem::take(&mut *s.borrow_mut()))
     }
@@ -328,8 +338,8 @@ mod tests {
                 panic!("unit");
             }
         }
-        /// Panics when asked to; returns a string of its own then.
-        on_panic(c"fallback".as_ptr()) pub fn test_boundary_own(fail: c_int) -> *const c_char {
+        /// Panics when asked to; returns a string of its own then, made after the report.
+        on_panic(fallback()) pub fn test_boundary_own(fail: c_int) -> *const c_char {
             if fail != 0 {
                 panic!("own");
             }
@@ -375,7 +385,7 @@ mod tests {
         let s = |p| unsafe { std::ffi::CStr::from_ptr(p) }.to_str().unwrap();
         assert_eq!(s(test_boundary_own(0)), "ok");
         assert_eq!(s(test_boundary_own(1)), "fallback");
-        assert_eq!(seen(), ["test_boundary_own: own"]);
+        assert_eq!(seen(), ["test_boundary_own: own", "fallback made"]);
     }
 
     #[test]
