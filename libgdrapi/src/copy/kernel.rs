@@ -107,9 +107,9 @@ impl WcRange<Load> {
 /// Defines `fn $name(r: WcRange<W>, extra...)` whose body runs out of line with the range in
 /// three registers, as a function of raw pointers would get it (a [`WcRange`] passed by value to
 /// a function that is not inlined would go through memory: Rust passes aggregates of more than
-/// two words indirectly). The function is an inlined wrapper that hands `r`'s parts to
-/// `$name::out_of_line`, which rebuilds `r` for the body: the range's contract is justified here,
-/// once, not at each wrapper.
+/// two words indirectly). The function is an inlined wrapper that hands `r`'s parts to the
+/// `out_of_line` function inside it, which rebuilds `r` for the body: the range's contract is
+/// justified here, once, not at each wrapper.
 macro_rules! wc_out_of_line {
     ($(#[$m:meta])* $v:vis fn $name:ident($r:ident: WcRange<$w:ty> $(, $x:ident: $xt:ty)*) $body:block) => {
         $crate::copy::kernel::wc_out_of_line!(@ [] $(#[$m])* $v fn $name($r: WcRange<$w> $(, $x: $xt)*) $body);
@@ -123,28 +123,22 @@ macro_rules! wc_out_of_line {
         $(#[$m])*
         #[inline(always)]
         $v $($q)? fn $name($r: WcRange<$w> $(, $x: $xt)*) {
-            let (dst, src, n) = $r.parts();
-            // SAFETY: `r`'s parts, which `out_of_line` takes as a range; the rest of its contract,
-            // if any, is this function's.
-            unsafe { $name::out_of_line(dst, src, n $(, $x)*) }
-        }
-
-        $(#[$m])*
-        mod $name {
-            #[allow(unused_imports)]
-            use super::*;
-
-            /// The body of the function of this name, out of line.
+            /// The body of the function around it, out of line.
             ///
             /// # Safety
             /// `[dst, dst + n)` <- `[src, src + n)` is a [`WcRange`], and the contract of the
-            /// function of this name.
+            /// function around it.
             #[inline(never)]
-            pub(super) unsafe fn out_of_line(dst: *mut u8, src: *const u8, n: usize $(, $x: $xt)*) {
+            unsafe fn out_of_line(dst: *mut u8, src: *const u8, n: usize $(, $x: $xt)*) {
                 // SAFETY: this function's contract.
                 let $r = unsafe { WcRange::<$w>::new(dst, src, n) };
                 $body
             }
+
+            let (dst, src, n) = $r.parts();
+            // SAFETY: `r`'s parts, which `out_of_line` takes as a range; the rest of its contract,
+            // if any, is this function's.
+            unsafe { out_of_line(dst, src, n $(, $x)*) }
         }
     };
 }
