@@ -1,6 +1,8 @@
 //! Layouts of gdrapi.h that more than one crate reads: libgdrapi fills them, libgdsync (which
 //! loads libgdrapi at run time) reads them. One definition for the workspace.
 
+#![forbid(unsafe_code)]
+
 use std::ffi::c_uint;
 
 /// `gdr_info_v2_t` (48 bytes). `mapped` and `wc_mapping` are bits 0 and 1 of `flag_bits`, the

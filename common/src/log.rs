@@ -5,6 +5,8 @@
 //! configuration, the level threshold and writing whole lines to stderr with a single `write(2)`
 //! so lines from several threads never interleave.
 
+#![forbid(unsafe_code)]
+
 use std::fmt::{self, Write as _};
 use std::io::Write as _;
 use std::sync::OnceLock;

@@ -3,6 +3,8 @@
 //! Layout tests at the bottom pin every size and offset to the numbers in the spec; the C side is
 //! checked again by `compat-tests/`.
 
+#![forbid(unsafe_code)]
+
 use std::ffi::{c_int, c_uint, c_ulong};
 
 pub const MAJOR_VERSION_SHIFT: u32 = 16;

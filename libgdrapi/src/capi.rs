@@ -1,18 +1,26 @@
 //! The `gdr_*` C ABI: exactly the 17 functions of gdrcopy 2.6, with upstream's signatures.
 //!
-//! Every function that dereferences a pointer it is given is an `unsafe extern "C" fn` (safe Rust
-//! cannot call it by accident with a bad pointer); `gdr_open`, `gdr_close`, `gdr_unpin_buffer` and
-//! `gdr_unmap` take only values the library validates itself, so they stay safe.
-//!
 //! Each function checks its pointers, makes one call (the control path in
 //! `crate::handles::control`, the copies in `fastcopy` and `copy_general`), and converts the
-//! result to upstream's convention (0 or a positive errno) inside [`boundary`], which also keeps
-//! panics from unwinding into C. Failure values per function are tabulated in
-//! docs/return-values.md.
+//! result to upstream's convention (0 or a positive errno); every one but the two copies is
+//! guarded by [`gpudirect_common::export!`], which also keeps panics from unwinding into C (EIO,
+//! NULL or nothing, by return type, with a log line). Failure values per function are tabulated
+//! in docs/return-values.md.
+//!
+//! # The C pointer contract
+//! Every function that dereferences a pointer it is given is an `unsafe extern "C" fn` (safe Rust
+//! cannot call it by accident with a bad pointer); `gdr_open`, `gdr_close`, `gdr_unpin_buffer` and
+//! `gdr_unmap` take only values the library validates itself, so they stay safe. Their contract
+//! is gdrapi.h's: every pointer argument is NULL (refused with `EINVAL`, or ignored where upstream
+//! ignores it) or valid for what the function reads or writes through it for the length of the
+//! call; handles and `gdr_t` values need not be valid (they are checked). For the two copies the
+//! host pointer is valid for `size` bytes (read by `gdr_copy_to_mapping`, written by
+//! `gdr_copy_from_mapping`) and does not overlap the mapping; the handle and `map_d_ptr` need not
+//! be valid (a stale handle or a range outside the mapping is `EINVAL`).
 
 use std::ffi::{c_char, c_int, c_ulong, c_void};
 
-use gpudirect_common::boundary::{errno_call, guard};
+use gpudirect_common::boundary::Library;
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::{GdrInfoV1, GdrInfoV2, GdrMh, MappingType, set_info_bits};
@@ -24,10 +32,20 @@ use crate::handles::{control, parking, registry};
 /// Opaque `gdr_t` as C sees it.
 pub type GdrT = *mut c_void;
 
-/// Runs `body`, mapping errors to their errno and panics to EIO (with a log line).
-#[inline(always)]
-fn boundary(name: &str, body: impl FnOnce() -> Result<()>) -> c_int {
-    errno_call(|msg| gdr_err!("internal error in {name}: {msg}"), body)
+/// libgdrapi's side of the C boundary: a panic is logged as an internal error of the function,
+/// an error is its errno.
+pub(crate) struct Gdr;
+
+impl Library for Gdr {
+    type Error = Errno;
+    #[inline(always)]
+    fn panicked(function: &str, message: &str) {
+        gdr_err!("internal error in {function}: {message}");
+    }
+    #[inline(always)]
+    fn errno(_function: &str, e: Errno) -> c_int {
+        e.0
+    }
 }
 
 /// Checks a caller's out-pointer.
@@ -36,23 +54,9 @@ fn out<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T> {
         gdr_err!("{what} is NULL");
         return Err(Errno::EINVAL);
     }
-    // SAFETY: non-NULL, and the C contract of every function here says the pointer refers to a
+    // SAFETY: non-NULL, and the C pointer contract (module docs) says the pointer refers to a
     // writable object of type T owned by the caller for the duration of the call.
     Ok(unsafe { &mut *p })
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn gdr_open() -> GdrT {
-    guard(
-        std::ptr::null_mut(),
-        |msg| gdr_err!("internal error in gdr_open: {msg}"),
-        || control::open().map_or(std::ptr::null_mut(), |g| g as GdrT),
-    )
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn gdr_close(g: GdrT) -> c_int {
-    boundary("gdr_close", || control::close(g as usize))
 }
 
 fn pin(g: GdrT, req: PinRequest, handle: *mut GdrMh) -> Result<()> {
@@ -61,64 +65,44 @@ fn pin(g: GdrT, req: PinRequest, handle: *mut GdrMh) -> Result<()> {
     Ok(())
 }
 
-/// # Safety
-/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
-/// upstream ignores it) or valid for what this function reads or writes through it for the length
-/// of the call; handles and `gdr_t` values need not be valid (they are checked).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gdr_pin_buffer(
-    g: GdrT,
-    addr: c_ulong,
-    size: usize,
-    p2p_token: u64,
-    va_space: u32,
-    handle: *mut GdrMh,
-) -> c_int {
-    boundary("gdr_pin_buffer", || pin(g, PinRequest { addr, size: size as u64, flags: 0, p2p_token, va_space }, handle))
-}
+gpudirect_common::export! {
+    library = Gdr;
+    safety = "The gdrapi.h pointer contract: see [the module docs](crate::capi).";
 
-/// # Safety
-/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
-/// upstream ignores it) or valid for what this function reads or writes through it for the length
-/// of the call; handles and `gdr_t` values need not be valid (they are checked).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gdr_pin_buffer_v2(
-    g: GdrT,
-    addr: c_ulong,
-    size: usize,
-    flags: u32,
-    handle: *mut GdrMh,
-) -> c_int {
-    boundary("gdr_pin_buffer_v2", || {
+    pub fn gdr_open() -> GdrT {
+        control::open().map_or(std::ptr::null_mut(), |g| g as GdrT)
+    }
+
+    pub fn gdr_close(g: GdrT) -> c_int {
+        control::close(g as usize)
+    }
+
+    pub unsafe fn gdr_pin_buffer(
+        g: GdrT,
+        addr: c_ulong,
+        size: usize,
+        p2p_token: u64,
+        va_space: u32,
+        handle: *mut GdrMh,
+    ) -> c_int {
+        pin(g, PinRequest { addr, size: size as u64, flags: 0, p2p_token, va_space }, handle)
+    }
+
+    pub unsafe fn gdr_pin_buffer_v2(g: GdrT, addr: c_ulong, size: usize, flags: u32, handle: *mut GdrMh) -> c_int {
         pin(g, PinRequest { addr, size: size as u64, flags, ..Default::default() }, handle)
-    })
-}
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn gdr_unpin_buffer(g: GdrT, handle: GdrMh) -> c_int {
-    boundary("gdr_unpin_buffer", || control::unpin(g as usize, handle.h as usize))
-}
+    pub fn gdr_unpin_buffer(g: GdrT, handle: GdrMh) -> c_int {
+        control::unpin(g as usize, handle.h as usize)
+    }
 
-/// # Safety
-/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
-/// upstream ignores it) or valid for what this function reads or writes through it for the length
-/// of the call; handles and `gdr_t` values need not be valid (they are checked).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gdr_get_callback_flag(g: GdrT, handle: GdrMh, flag: *mut c_int) -> c_int {
-    boundary("gdr_get_callback_flag", || {
+    pub unsafe fn gdr_get_callback_flag(g: GdrT, handle: GdrMh, flag: *mut c_int) -> c_int {
         let flag = out(flag, "flag")?;
         *flag = c_int::from(control::callback_flag(g as usize, handle.h as usize)?);
         Ok(())
-    })
-}
+    }
 
-/// # Safety
-/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
-/// upstream ignores it) or valid for what this function reads or writes through it for the length
-/// of the call; handles and `gdr_t` values need not be valid (they are checked).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gdr_get_info_v2(g: GdrT, handle: GdrMh, info: *mut GdrInfoV2) -> c_int {
-    boundary("gdr_get_info_v2", || {
+    pub unsafe fn gdr_get_info_v2(g: GdrT, handle: GdrMh, info: *mut GdrInfoV2) -> c_int {
         let info = out(info, "info")?;
         let f = control::info(g as usize, handle.h as usize)?;
         info.va = f.va;
@@ -133,56 +117,29 @@ pub unsafe extern "C" fn gdr_get_info_v2(g: GdrT, handle: GdrMh, info: *mut GdrI
         );
         info.mapping_type = f.mapping_type as u32;
         Ok(())
-    })
-}
+    }
 
-/// The pre-2.4 entry point, kept for old binaries: fills the 40-byte `struct gdr_info`.
-/// # Safety
-/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
-/// upstream ignores it) or valid for what this function reads or writes through it for the length
-/// of the call; handles and `gdr_t` values need not be valid (they are checked).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gdr_get_info(g: GdrT, handle: GdrMh, info: *mut GdrInfoV1) -> c_int {
-    boundary("gdr_get_info", || {
+    /// The pre-2.4 entry point, kept for old binaries: fills the 40-byte `struct gdr_info`.
+    pub unsafe fn gdr_get_info(g: GdrT, handle: GdrMh, info: *mut GdrInfoV1) -> c_int {
         let info = out(info, "info")?;
         control::info_v1(g as usize, handle.h as usize, info)
-    })
-}
+    }
 
-/// # Safety
-/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
-/// upstream ignores it) or valid for what this function reads or writes through it for the length
-/// of the call; handles and `gdr_t` values need not be valid (they are checked).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gdr_map_v2(
-    g: GdrT,
-    handle: GdrMh,
-    ptr_va: *mut *mut c_void,
-    size: usize,
-    flags: c_int,
-) -> c_int {
-    boundary("gdr_map_v2", || {
+    pub unsafe fn gdr_map_v2(g: GdrT, handle: GdrMh, ptr_va: *mut *mut c_void, size: usize, flags: c_int) -> c_int {
         let va = out(ptr_va, "va")?;
         *va = control::map(g as usize, handle.h as usize, size, flags)? as *mut c_void;
         Ok(())
-    })
-}
+    }
 
-/// # Safety
-/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
-/// upstream ignores it) or valid for what this function reads or writes through it for the length
-/// of the call; handles and `gdr_t` values need not be valid (they are checked).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gdr_map(g: GdrT, handle: GdrMh, va: *mut *mut c_void, size: usize) -> c_int {
-    // SAFETY: forwarded; same contract.
-    unsafe { gdr_map_v2(g, handle, va, size, crate::abi::GDR_MAP_FLAG_DEFAULT) }
-}
+    unguarded pub unsafe fn gdr_map(g: GdrT, handle: GdrMh, va: *mut *mut c_void, size: usize) -> c_int {
+        // SAFETY: forwarded to the guarded export with the same contract.
+        unsafe { gdr_map_v2(g, handle, va, size, crate::abi::GDR_MAP_FLAG_DEFAULT) }
+    }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn gdr_unmap(g: GdrT, handle: GdrMh, va: *mut c_void, size: usize) -> c_int {
-    boundary("gdr_unmap", || control::unmap(g as usize, handle.h as usize, va as usize, size))
+    pub fn gdr_unmap(g: GdrT, handle: GdrMh, va: *mut c_void, size: usize) -> c_int {
+        control::unmap(g as usize, handle.h as usize, va as usize, size)
+    }
 }
-
 /// The general path of both copy calls (see [`fastcopy`] for the fast one): any mapping type, the
 /// process's fence rule, size 0, and every refusal with its errno and log line.
 ///
@@ -240,7 +197,7 @@ fn copy_failed(dir: Direction, h: usize, mapped: usize, host: usize, size: usize
         Direction::ToMapping => "gdr_copy_to_mapping",
         Direction::FromMapping => "gdr_copy_from_mapping",
     };
-    boundary(name, || {
+    gpudirect_common::guarded!(Gdr, name, -> c_int {
         let (_announced, m, t) = registry::mapping_of(h)?;
         if size != 0 && host == 0 {
             return Err(null_host());
@@ -256,113 +213,79 @@ fn null_host() -> Errno {
     Errno::EINVAL
 }
 
-/// # Safety
-/// `h_ptr` is valid for `size` bytes (read by `gdr_copy_to_mapping`, written by
-/// `gdr_copy_from_mapping`) and does not overlap the mapping; the handle and `map_d_ptr` need not be
-/// valid (a stale handle or a range outside the mapping is `EINVAL`).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gdr_copy_to_mapping(
-    handle: GdrMh,
-    map_d_ptr: *mut c_void,
-    h_ptr: *const c_void,
-    size: usize,
-) -> c_int {
-    // SAFETY: forwarded contract; the fast path checks the handle and the range.
-    unsafe {
-        fastcopy::copy::<TO_MAPPING>(
-            handle.h as usize,
-            map_d_ptr as usize,
-            h_ptr as usize,
-            size,
-            copy_general::<TO_MAPPING>,
-        )
+gpudirect_common::export! {
+    library = Gdr;
+    safety = "The gdrapi.h pointer contract: see [the module docs](crate::capi).";
+
+    /// Not guarded: the fast path is a leaf that cannot panic, and every other case goes to the
+    /// general path ([`copy_general`]), whose refusals run under the guard ([`copy_failed`]).
+    unguarded pub unsafe fn gdr_copy_to_mapping(
+        handle: GdrMh,
+        map_d_ptr: *mut c_void,
+        h_ptr: *const c_void,
+        size: usize,
+    ) -> c_int {
+        // SAFETY: the export's contract; the fast path checks the handle and the range.
+        unsafe {
+            fastcopy::copy::<TO_MAPPING>(
+                handle.h as usize,
+                map_d_ptr as usize,
+                h_ptr as usize,
+                size,
+                copy_general::<TO_MAPPING>,
+            )
+        }
     }
-}
 
-/// # Safety
-/// `h_ptr` is valid for `size` bytes (read by `gdr_copy_to_mapping`, written by
-/// `gdr_copy_from_mapping`) and does not overlap the mapping; the handle and `map_d_ptr` need not be
-/// valid (a stale handle or a range outside the mapping is `EINVAL`).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gdr_copy_from_mapping(
-    handle: GdrMh,
-    h_ptr: *mut c_void,
-    map_d_ptr: *const c_void,
-    size: usize,
-) -> c_int {
-    // SAFETY: as in `gdr_copy_to_mapping`.
-    unsafe {
-        fastcopy::copy::<FROM_MAPPING>(
-            handle.h as usize,
-            h_ptr as usize,
-            map_d_ptr as usize,
-            size,
-            copy_general::<FROM_MAPPING>,
-        )
+    /// Not guarded, as [`gdr_copy_to_mapping`].
+    unguarded pub unsafe fn gdr_copy_from_mapping(
+        handle: GdrMh,
+        h_ptr: *mut c_void,
+        map_d_ptr: *const c_void,
+        size: usize,
+    ) -> c_int {
+        // SAFETY: the export's contract; the fast path checks the handle and the range.
+        unsafe {
+            fastcopy::copy::<FROM_MAPPING>(
+                handle.h as usize,
+                h_ptr as usize,
+                map_d_ptr as usize,
+                size,
+                copy_general::<FROM_MAPPING>,
+            )
+        }
     }
-}
 
-/// # Safety
-/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
-/// upstream ignores it) or valid for what this function reads or writes through it for the length
-/// of the call; handles and `gdr_t` values need not be valid (they are checked).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut c_int) {
-    guard(
-        (),
-        |msg| gdr_err!("internal error in gdr_runtime_get_version: {msg}"),
-        || {
-            let (ma, mi) = core::runtime_version();
-            if let Ok(m) = out(major, "major") {
-                *m = ma;
-            }
-            if let Ok(m) = out(minor, "minor") {
-                *m = mi;
-            }
-        },
-    )
-}
+    pub unsafe fn gdr_runtime_get_version(major: *mut c_int, minor: *mut c_int) {
+        let (ma, mi) = core::runtime_version();
+        if let Ok(m) = out(major, "major") {
+            *m = ma;
+        }
+        if let Ok(m) = out(minor, "minor") {
+            *m = mi;
+        }
+    }
 
-/// # Safety
-/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
-/// upstream ignores it) or valid for what this function reads or writes through it for the length
-/// of the call; handles and `gdr_t` values need not be valid (they are checked).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gdr_driver_get_version(g: GdrT, major: *mut c_int, minor: *mut c_int) -> c_int {
-    boundary("gdr_driver_get_version", || {
+    pub unsafe fn gdr_driver_get_version(g: GdrT, major: *mut c_int, minor: *mut c_int) -> c_int {
         let major = out(major, "major")?;
         let minor = out(minor, "minor")?;
         let (ma, mi) = control::driver_version(g as usize)?;
         *major = ma;
         *minor = mi;
         Ok(())
-    })
-}
+    }
 
-/// # Safety
-/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
-/// upstream ignores it) or valid for what this function reads or writes through it for the length
-/// of the call; handles and `gdr_t` values need not be valid (they are checked).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gdr_get_attribute(g: GdrT, attr: c_int, v: *mut c_int) -> c_int {
-    boundary("gdr_get_attribute", || {
+    pub unsafe fn gdr_get_attribute(g: GdrT, attr: c_int, v: *mut c_int) -> c_int {
         let v = out(v, "v")?;
         *v = 0;
         *v = control::attribute(g as usize, attr)?;
         Ok(())
-    })
-}
+    }
 
-/// # Safety
-/// The gdrapi.h contract: every pointer argument is NULL (refused with `EINVAL`, or ignored where
-/// upstream ignores it) or valid for what this function reads or writes through it for the length
-/// of the call; handles and `gdr_t` values need not be valid (they are checked).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gdr_get_mapping_type_string(mapping_type: c_int, pstr: *mut *const c_char) -> c_int {
-    boundary("gdr_get_mapping_type_string", || {
+    pub unsafe fn gdr_get_mapping_type_string(mapping_type: c_int, pstr: *mut *const c_char) -> c_int {
         let pstr = out(pstr, "pstr")?;
         let t = u32::try_from(mapping_type).ok().and_then(MappingType::from_raw).ok_or(Errno::EINVAL)?;
         *pstr = t.name().as_ptr();
         Ok(())
-    })
+    }
 }

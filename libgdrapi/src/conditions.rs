@@ -7,6 +7,8 @@
 //! and by `grace` for how readers synchronise. Declared here, below all of them, so that none of
 //! them imports another to reach them.
 
+#![forbid(unsafe_code)]
+
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
 

@@ -27,6 +27,7 @@
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicPtr, Ordering, compiler_fence};
 
+use crate::copy::kernel::{Load, Store, WcRange};
 use crate::copy::{self, Route, SHORT_MAX, aligned, wc};
 use crate::handles::registry::{FastWindow, Mirror, SLACK};
 use crate::handles::thread_words;
@@ -303,15 +304,12 @@ unsafe extern "C" fn small<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
         // SAFETY: the caller's contract, across an 8-byte word. A jump.
         return unsafe { small_across(h, a, b, n) };
     }
-    copy_then_fence::<TO>(
-        h,
-        a,
-        b,
-        // SAFETY: the caller's contract (a device range of 1-15 bytes inside the mapping).
-        |dev, host| unsafe { copy::edges::to_device(dev, host, n) },
-        // SAFETY: as above, and in one 8-byte word (tested above).
-        |host, dev| unsafe { wc::load_word(host, dev, n) },
-    )
+    // SAFETY: 1-15 bytes in `r` (this function's contract), which the edge stores take.
+    let store = |r: WcRange<Store>| unsafe { copy::edges::to_device(r.parts().0, r.parts().1, n) };
+    // SAFETY: `n >= 1`, in one 8-byte word (tested above).
+    let load = |r| unsafe { wc::load_word(r) };
+    // SAFETY: the caller's contract.
+    unsafe { copy_then_fence::<TO>(h, a, b, n, store, load) }
 }
 
 /// A fast-path load of 1-15 bytes across an 8-byte word where the CPU has no span load: the
@@ -322,14 +320,10 @@ unsafe extern "C" fn small<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
 /// As [`small`], for a load across an 8-byte word.
 #[inline(never)]
 unsafe extern "C" fn small_across(h: usize, a: usize, b: usize, n: usize) -> c_int {
-    copy_then_fence::<FROM_MAPPING>(
-        h,
-        a,
-        b,
-        |_, _| unreachable!("small_across is a load"),
-        // SAFETY: the caller's contract.
-        |host, dev| unsafe { wc::load_small_across(host, dev, n) },
-    )
+    // SAFETY: 1-15 bytes (this function's contract).
+    let load = |r| unsafe { wc::load_small_across(r) };
+    // SAFETY: the caller's contract.
+    unsafe { copy_then_fence::<FROM_MAPPING>(h, a, b, n, |_| unreachable!("small_across is a load"), load) }
 }
 
 /// A short copy (16 bytes up to [`SHORT_MAX`]): 16-byte steps between exact or chunked ends,
@@ -345,15 +339,12 @@ unsafe fn short<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int
         // SAFETY: forwarded.
         return unsafe { unselected::<TO>(h, a, b, n) };
     };
-    copy_then_fence::<TO>(
-        h,
-        a,
-        b,
-        // SAFETY: the caller's contract (a short device range inside the mapping).
-        |dev, host| unsafe { wc::store_short_body(dev, host, n) },
-        // SAFETY: as above; `stream` is the selection's.
-        |host, dev| unsafe { wc::load_short_body(host, dev, n, stream) },
-    )
+    // SAFETY: 16 bytes up to `SHORT_MAX` (this function's contract).
+    let store = |r| unsafe { wc::store_short_body(r) };
+    // SAFETY: as for the store; `stream` is the selection's.
+    let load = |r| unsafe { wc::load_short_body(r, stream) };
+    // SAFETY: the caller's contract.
+    unsafe { copy_then_fence::<TO>(h, a, b, n, store, load) }
 }
 
 /// [`small`] from [`SHORT_MAX`] bytes up, not whole lines: the partial lines at the ends and
@@ -383,9 +374,12 @@ unsafe extern "C" fn large<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
             // fences and returns 0. A jump.
             return unsafe { (whole.fenced)(a as *mut u8, b as *const u8, n) };
         }
-        // SAFETY: the caller's contract, with `n >= SHORT_MAX` as the body needs; the fenced
-        // twin has the line slot's contract, fences and returns 0.
-        return unsafe { wc::load_ends_then(sel, a as *mut u8, b as *const u8, n, |h, d, len| fenced(h, d, len)) };
+        // SAFETY: the caller's contract: the export's range, with `n >= SHORT_MAX` as the body
+        // needs; the fenced twin has the line slot's contract, fences and returns 0.
+        return unsafe {
+            let r = WcRange::new(a as *mut u8, b as *const u8, n);
+            wc::load_ends_then(sel, r, |h, d, len| fenced(h, d, len))
+        };
     }
     // SAFETY: forwarded.
     unsafe { planned::<TO>(h, a, b, n) }
@@ -410,19 +404,23 @@ unsafe extern "C" fn unselected<const TO: bool>(h: usize, a: usize, b: usize, n:
 /// As [`small`], but `n >= 16`.
 #[inline(always)]
 unsafe fn planned<const TO: bool>(h: usize, a: usize, b: usize, n: usize) -> c_int {
-    copy_then_fence::<TO>(
-        h,
-        a,
-        b,
-        // Inlined into each caller: shared by two functions, the closures would otherwise be
-        // outlined, and the store path of `large` would pay a call and a spill for them.
-        // SAFETY: the caller's contract (a device range inside the mapping).
-        #[inline(always)]
-        |dev, host| unsafe { wc::store_large_body(dev, host, n) },
-        // SAFETY: as above.
-        #[inline(always)]
-        |host, dev| unsafe { wc::load_large_body(host, dev, n) },
-    )
+    // SAFETY: the caller's contract, with `n >= 16` as `load_large_body` needs.
+    unsafe {
+        copy_then_fence::<TO>(
+            h,
+            a,
+            b,
+            n,
+            // Inlined into each caller: shared by two functions, the closures would otherwise be
+            // outlined, and the store path of `large` would pay a call and a spill for them (the
+            // function itself in place of the store closure is outlined too: a closure it is).
+            #[allow(clippy::redundant_closure)]
+            #[inline(always)]
+            |r| wc::store_large_body(r),
+            #[inline(always)]
+            |r| wc::load_large_body(r),
+        )
+    }
 }
 
 /// [`large`] for whole 64-byte lines at a 64-aligned device address: the line kernel alone. A
@@ -449,34 +447,40 @@ unsafe extern "C" fn lines<const TO: bool>(h: usize, a: usize, b: usize, n: usiz
         // SAFETY: forwarded.
         return unsafe { unselected::<TO>(h, a, b, n) };
     };
-    copy_then_fence::<TO>(
-        h,
-        a,
-        b,
-        // SAFETY: the line slot's contract (a 64-aligned device side, a multiple of 64 bytes) is
-        // `copy::kernel::is_whole_lines`; ranges as the caller promises. Kernels take (dst, src).
-        |dev, host| unsafe { store(dev, host, n) },
-        // SAFETY: as above.
-        |host, dev| unsafe { load(host, dev, n) },
-    )
+    // SAFETY: the line slot's contract (a 64-aligned device side, a multiple of 64 bytes) is
+    // `copy::kernel::is_whole_lines`, this function's; the range is `r`. Kernels take (dst, src).
+    let store = |r: WcRange<Store>| unsafe { store(r.parts().0, r.parts().1, n) };
+    // SAFETY: as for the store.
+    let load = |r: WcRange<Load>| unsafe { load(r.parts().0, r.parts().1, n) };
+    // SAFETY: the caller's contract.
+    unsafe { copy_then_fence::<TO>(h, a, b, n, store, load) }
 }
 
-/// The body of every helper above: `store(dev, host)` for a copy to the mapping or
-/// `load(host, dev)` for one from it (`a` and `b` in the export's order, see [`copy`]), then the
-/// store fence of a write-combined copy. `h` is the export's handle, unused but kept ([`keep`]).
+/// The body of every helper above: `store` for a copy to the mapping or `load` for one from it,
+/// each given the export's range as a [`WcRange`] (`a` and `b` in the export's order, see
+/// [`copy`]), then the store fence of a write-combined copy. `h` is the export's handle, unused
+/// but kept ([`keep`]).
+///
+/// # Safety
+/// The mapping side's `[ptr, ptr + n)` lies in a live write-combined mapping that this thread's
+/// announcement keeps ours; the host side as in [`copy`]: the contract of [`WcRange`].
 #[inline(always)]
-fn copy_then_fence<const TO: bool>(
+unsafe fn copy_then_fence<const TO: bool>(
     h: usize,
     a: usize,
     b: usize,
-    store: impl FnOnce(*mut u8, *const u8),
-    load: impl FnOnce(*mut u8, *const u8),
+    n: usize,
+    store: impl FnOnce(WcRange<Store>),
+    load: impl FnOnce(WcRange<Load>),
 ) -> c_int {
     keep(h);
-    if TO {
-        store(a as *mut u8, b as *const u8);
-    } else {
-        load(a as *mut u8, b as *const u8);
+    // SAFETY: this function's contract is the range's, in the copy's direction.
+    unsafe {
+        if TO {
+            store(WcRange::new(a as *mut u8, b as *const u8, n));
+        } else {
+            load(WcRange::new(a as *mut u8, b as *const u8, n));
+        }
     }
     copy::store_fence();
     copy::opaque_zero()

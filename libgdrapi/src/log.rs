@@ -1,6 +1,8 @@
 //! gdrcopy's logging: enabled when `GDRCOPY_ENABLE_LOGGING` exists (any value), threshold from
 //! `GDRCOPY_LOG_LEVEL` (C `atoi`, default 4 = errors only), lines to stderr with upstream's prefixes.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 
 use gpudirect_common::log::{Level, LogConfig, Logger, env_int, push_args};

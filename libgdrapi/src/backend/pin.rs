@@ -1,6 +1,8 @@
 //! What both backends take and give for one pin: the request and the facts of a pinned range.
 //! Below both backends and their dispatcher (`mod.rs`), so a backend never imports the latter.
 
+#![forbid(unsafe_code)]
+
 use crate::abi::MappingType;
 
 /// What the caller asks to pin.

@@ -44,6 +44,106 @@ pub enum Direction {
     FromDevice,
 }
 
+/// The way of a [`WcRange`]: host -> device.
+#[derive(Clone, Copy)]
+pub(crate) enum Store {}
+/// The way of a [`WcRange`]: device -> host.
+#[derive(Clone, Copy)]
+pub(crate) enum Load {}
+
+/// A write-combined copy range whose contract was established once, where the copy entered the
+/// engines: `dst` is valid for `n` bytes of writes and `src` for `n` bytes of reads, the two do
+/// not overlap, and the device side (`dst` of a [`Store`], `src` of a [`Load`]) lies in a mapping
+/// made of whole pages (every BAR mapping is), so an aligned chunk holding one of its bytes is
+/// readable. Any alignment. The helpers that take one state only what they need beyond it (a
+/// size class), and their callers' SAFETY lines say where that came from instead of forwarding the
+/// range's contract from function to function.
+pub(crate) struct WcRange<W> {
+    dst: *mut u8,
+    src: *const u8,
+    n: usize,
+    way: core::marker::PhantomData<W>,
+}
+
+impl<W> Clone for WcRange<W> {
+    #[inline(always)]
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<W> Copy for WcRange<W> {}
+
+impl<W> WcRange<W> {
+    /// The range `[dst, dst + n)` <- `[src, src + n)`.
+    ///
+    /// # Safety
+    /// The contract in the type's documentation.
+    #[inline(always)]
+    pub(crate) unsafe fn new(dst: *mut u8, src: *const u8, n: usize) -> Self {
+        Self { dst, src, n, way: core::marker::PhantomData }
+    }
+
+    /// The destination, the source and the length, for a kernel call.
+    #[inline(always)]
+    pub(crate) fn parts(self) -> (*mut u8, *const u8, usize) {
+        (self.dst, self.src, self.n)
+    }
+
+    /// The length in bytes.
+    #[inline(always)]
+    pub(crate) fn len(self) -> usize {
+        self.n
+    }
+}
+
+impl WcRange<Load> {
+    /// The device address (the source).
+    #[inline(always)]
+    pub(crate) fn dev(self) -> usize {
+        self.src.addr()
+    }
+}
+
+/// Defines `fn $name(r: WcRange<W>, extra...)` whose body runs out of line with the range in
+/// three registers, as a function of raw pointers would get it (a [`WcRange`] passed by value to
+/// a function that is not inlined would go through memory: Rust passes aggregates of more than
+/// two words indirectly). The function is an inlined wrapper that hands `r`'s parts to the
+/// `out_of_line` function inside it, which rebuilds `r` for the body: the range's contract is
+/// justified here, once, not at each wrapper.
+macro_rules! wc_out_of_line {
+    ($(#[$m:meta])* $v:vis fn $name:ident($r:ident: WcRange<$w:ty> $(, $x:ident: $xt:ty)*) $body:block) => {
+        $crate::copy::kernel::wc_out_of_line!(@ [] $(#[$m])* $v fn $name($r: WcRange<$w> $(, $x: $xt)*) $body);
+    };
+    ($(#[$m:meta])* $v:vis unsafe fn $name:ident($r:ident: WcRange<$w:ty> $(, $x:ident: $xt:ty)*) $body:block) => {
+        $crate::copy::kernel::wc_out_of_line!(@ [unsafe] $(#[$m])* $v fn $name($r: WcRange<$w> $(, $x: $xt)*) $body);
+    };
+    (@ [$($q:tt)?]
+        $(#[$m:meta])* $v:vis fn $name:ident($r:ident: WcRange<$w:ty> $(, $x:ident: $xt:ty)*) $body:block
+    ) => {
+        $(#[$m])*
+        #[inline(always)]
+        $v $($q)? fn $name($r: WcRange<$w> $(, $x: $xt)*) {
+            /// The body of the function around it, out of line.
+            ///
+            /// # Safety
+            /// `[dst, dst + n)` <- `[src, src + n)` is a [`WcRange`], and the contract of the
+            /// function around it.
+            #[inline(never)]
+            unsafe fn out_of_line(dst: *mut u8, src: *const u8, n: usize $(, $x: $xt)*) {
+                // SAFETY: this function's contract.
+                let $r = unsafe { WcRange::<$w>::new(dst, src, n) };
+                $body
+            }
+
+            let (dst, src, n) = $r.parts();
+            // SAFETY: `r`'s parts, which `out_of_line` takes as a range; the rest of its contract,
+            // if any, is this function's.
+            unsafe { out_of_line(dst, src, n $(, $x)*) }
+        }
+    };
+}
+pub(crate) use wc_out_of_line;
+
 /// A copy kernel: `f(dst, src, len)`.
 pub type KernelFn = unsafe fn(*mut u8, *const u8, usize);
 

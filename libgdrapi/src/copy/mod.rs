@@ -52,7 +52,7 @@ pub(crate) mod wc;
 pub(crate) mod x86;
 
 pub use kernel::{Direction, Engine, MappingKind, full_fence, store_fence};
-pub(crate) use kernel::{SHORT_MAX, opaque_zero};
+pub(crate) use kernel::{SHORT_MAX, WcRange, opaque_zero};
 pub(crate) use plan::{Route, route};
 
 /// Detect CPU features once per process (cheap on later calls) and return a one-line
@@ -78,8 +78,8 @@ pub unsafe fn copy_to_mapping(kind: MappingKind, dev_dst: *mut u8, host_src: *co
         MappingKind::Cached => unsafe { core::ptr::copy_nonoverlapping(host_src, dev_dst, len) },
         // SAFETY: the caller's contract is the helper's (any alignment, valid, no overlap).
         MappingKind::Device => unsafe { aligned::to_device(dev_dst, host_src, len) },
-        // SAFETY: forwarded caller contract.
-        MappingKind::WriteCombined => unsafe { wc::store(dev_dst, host_src, len) },
+        // SAFETY: the caller's contract is the range's; every mapping is made of whole pages.
+        MappingKind::WriteCombined => wc::store(unsafe { WcRange::new(dev_dst, host_src, len) }),
     }
 }
 
@@ -95,7 +95,7 @@ pub unsafe fn copy_from_mapping(kind: MappingKind, host_dst: *mut u8, dev_src: *
         MappingKind::Cached => unsafe { core::ptr::copy_nonoverlapping(dev_src, host_dst, len) },
         // SAFETY: the caller's contract is the helper's (any alignment, valid, no overlap).
         MappingKind::Device => unsafe { aligned::from_device(host_dst, dev_src, len) },
-        // SAFETY: forwarded caller contract.
-        MappingKind::WriteCombined => unsafe { wc::load(host_dst, dev_src, len) },
+        // SAFETY: as in `copy_to_mapping`.
+        MappingKind::WriteCombined => wc::load(unsafe { WcRange::new(host_dst, dev_src, len) }),
     }
 }

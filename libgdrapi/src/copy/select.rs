@@ -40,6 +40,8 @@
 //! The benchmark (`benches/copy_engines.rs`) times every kernel, so these choices can be
 //! revisited with measurements on a real BAR.
 
+#![forbid(unsafe_code)]
+
 use super::kernel::{Direction, Engine, ExportFn, FencedFn, KernelFn, SPAN_MAX};
 use std::sync::OnceLock;
 

@@ -23,10 +23,15 @@
 //! goes to the span load instead (`x86::load_span_vbmi`: the same rule, one aligned read per
 //! 16/32-byte chunk or 64-byte line holding a byte of the range), and larger ones that are not
 //! whole lines to the whole-load function (`x86::load_large_vbmi`).
+//!
+//! Every function here takes its range as a [`WcRange`], whose contract the caller established
+//! once, where the copy entered the engines; what a function states beyond it is only the size
+//! class it needs, which its callers' route or tests give. The out-of-line ones are written with
+//! [`wc_out_of_line!`], which keeps the range in three registers across the call.
 
 #[cfg(not(target_arch = "x86_64"))]
 use super::kernel::small_copy;
-use super::kernel::{Direction, KernelFn, write_low_bytes};
+use super::kernel::{Direction, KernelFn, Load, Store, WcRange, wc_out_of_line, write_low_bytes};
 #[cfg(target_arch = "x86_64")]
 use super::kernel::{SHORT_MAX, is_whole_lines};
 use super::plan::{Route, route, run_plan};
@@ -36,71 +41,58 @@ use super::x86;
 use super::{aligned, edges};
 
 /// Host -> write-combined mapping. Does not fence.
-///
-/// # Safety
-/// `dev` is valid for `n` bytes of writes, `host` for `n` bytes of reads, no overlap; any
-/// alignment.
 #[inline(always)]
-pub(crate) unsafe fn store(dev: *mut u8, host: *const u8, n: usize) {
+pub(crate) fn store(r: WcRange<Store>) {
+    let (dev, host, n) = r.parts();
     if aligned::is_single_access(dev.addr(), n) {
-        // SAFETY: `n` is 1, 2, 4 or 8 and `dev` a multiple of it; ranges as the caller promises.
+        // SAFETY: `r`'s range; `n` is 1, 2, 4 or 8 and `dev` a multiple of it.
         unsafe { aligned::store_one(dev, host, n) }
     } else {
-        // SAFETY: forwarded.
-        unsafe { store_general(dev, host, n) }
+        store_general(r)
     }
 }
 
 /// Write-combined mapping -> host. Does not fence.
-///
-/// # Safety
-/// `host` is valid for `n` bytes of writes, `dev` for `n` bytes of reads, no overlap; any
-/// alignment. `dev` lies in a mapping made of whole pages (every BAR mapping is).
 #[inline(always)]
-pub(crate) unsafe fn load(host: *mut u8, dev: *const u8, n: usize) {
+pub(crate) fn load(r: WcRange<Load>) {
+    let (host, dev, n) = r.parts();
     if aligned::is_single_access(dev.addr(), n) {
-        // SAFETY: as in `store`.
+        // SAFETY: `r`'s range; `n` is 1, 2, 4 or 8 and `dev` a multiple of it.
         unsafe { aligned::load_one(host, dev, n) }
     } else {
-        // SAFETY: forwarded.
-        unsafe { load_general(host, dev, n) }
+        load_general(r)
     }
 }
 
-/// [`store`] for everything but a single access.
-///
-/// # Safety
-/// As [`store`].
-#[inline(never)]
-pub(crate) unsafe fn store_general(dev: *mut u8, host: *const u8, n: usize) {
-    // SAFETY: forwarded.
-    unsafe { store_body(dev, host, n) }
+wc_out_of_line! {
+    /// [`store`] for everything but a single access.
+    pub(crate) fn store_general(r: WcRange<Store>) {
+        store_body(r)
+    }
 }
 
 /// The body of [`store_general`], for callers that are out of line themselves.
-///
-/// # Safety
-/// As [`store`].
 #[inline(always)]
-pub(crate) unsafe fn store_body(dev: *mut u8, host: *const u8, n: usize) {
-    // SAFETY: forwarded contract, with the size each one takes.
-    unsafe {
-        match route(Direction::ToDevice, dev.addr(), n) {
-            Route::Small => edges::to_device(dev, host, n),
-            Route::Short => store_short(dev, host, n),
-            Route::Lines | Route::Span | Route::Large => store_large(dev, host, n),
-        }
+pub(crate) fn store_body(r: WcRange<Store>) {
+    let (dev, host, n) = r.parts();
+    match route(Direction::ToDevice, dev.addr(), n) {
+        // SAFETY: `r`'s range, which the edge stores take at any alignment below 16 bytes.
+        Route::Small => unsafe { edges::to_device(dev, host, n) },
+        // SAFETY: the route's size class.
+        Route::Short => unsafe { store_short(r) },
+        Route::Lines | Route::Span | Route::Large => store_large(r),
     }
 }
 
-/// A short store ([`SHORT_MAX`]), out of line for [`store_body`].
-///
-/// # Safety
-/// As [`store`], and `16 <= n < SHORT_MAX`.
-#[inline(never)]
-unsafe fn store_short(dev: *mut u8, host: *const u8, n: usize) {
-    // SAFETY: forwarded.
-    unsafe { store_short_body(dev, host, n) }
+wc_out_of_line! {
+    /// A short store ([`SHORT_MAX`]), out of line for [`store_body`].
+    ///
+    /// # Safety
+    /// `16 <= r.len() < SHORT_MAX`.
+    unsafe fn store_short(r: WcRange<Store>) {
+        // SAFETY: this function's size class.
+        unsafe { store_short_body(r) }
+    }
 }
 
 /// A short store: edge stores ([`edges`]) up to 16-byte alignment and for the tail, one non-temporal
@@ -108,14 +100,15 @@ unsafe fn store_short(dev: *mut u8, host: *const u8, n: usize) {
 /// no saved registers.
 ///
 /// # Safety
-/// As [`store`], and `16 <= n < SHORT_MAX`.
+/// `16 <= r.len() < SHORT_MAX`.
 #[inline(always)]
-pub(crate) unsafe fn store_short_body(dev: *mut u8, host: *const u8, n: usize) {
+pub(crate) unsafe fn store_short_body(r: WcRange<Store>) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: the pieces partition [0, n); the edge stores stay inside theirs (their contract);
-    // each 16-byte store is at a 16-aligned device address inside the range, MOVNTDQ is baseline
-    // SSE2 on x86-64, and the host side is read unaligned.
+    // SAFETY: the pieces partition `r` (the head is below 16 <= n bytes); the edge stores stay
+    // inside theirs (their contract); each 16-byte store is at a 16-aligned device address inside
+    // the range, MOVNTDQ is baseline SSE2 on x86-64, and the host side is read unaligned.
     unsafe {
+        let (dev, host, n) = r.parts();
         let head = dev.addr().wrapping_neg() & 15;
         if head != 0 {
             edges::to_device(dev, host, head);
@@ -130,76 +123,64 @@ pub(crate) unsafe fn store_short_body(dev: *mut u8, host: *const u8, n: usize) {
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    // SAFETY: forwarded contract.
-    unsafe {
-        store_large_body(dev, host, n)
-    }
+    store_large_body(r)
 }
 
-/// A store of 16 bytes or more: head, SIMD middle, tail. Out of line so that the small cases
-/// above need no saved registers.
-///
-/// # Safety
-/// As [`store`].
-#[inline(never)]
-unsafe fn store_large(dev: *mut u8, host: *const u8, n: usize) {
-    // SAFETY: forwarded.
-    unsafe { store_large_body(dev, host, n) }
+wc_out_of_line! {
+    /// A store of 16 bytes or more: head, SIMD middle, tail. Out of line so that the small cases
+    /// above need no saved registers.
+    fn store_large(r: WcRange<Store>) {
+        store_large_body(r)
+    }
 }
 
 /// The body of [`store_large`], for callers that are out of line themselves.
-///
-/// # Safety
-/// As [`store_large`].
 #[inline(always)]
-pub(crate) unsafe fn store_large_body(dev: *mut u8, host: *const u8, n: usize) {
+pub(crate) fn store_large_body(r: WcRange<Store>) {
     let slots = &select::get().store;
-    // SAFETY: forwarded contract; `run_plan` gives each kernel only the alignment it requires.
+    let (dev, host, n) = r.parts();
+    // SAFETY: `r`'s range; `run_plan` gives each kernel only the alignment it requires.
     unsafe { run_plan(slots, edges::to_device, Direction::ToDevice, dev, host, n) }
 }
 
-/// [`load`] for everything but a single access.
-///
-/// # Safety
-/// As [`load`].
-#[inline(never)]
-pub(crate) unsafe fn load_general(host: *mut u8, dev: *const u8, n: usize) {
-    // SAFETY: forwarded.
-    unsafe { load_body(host, dev, n) }
+wc_out_of_line! {
+    /// [`load`] for everything but a single access.
+    pub(crate) fn load_general(r: WcRange<Load>) {
+        load_body(r)
+    }
 }
 
 /// The body of [`load_general`], for callers that are out of line themselves.
-///
-/// # Safety
-/// As [`load`].
 #[inline(always)]
-pub(crate) unsafe fn load_body(host: *mut u8, dev: *const u8, n: usize) {
+pub(crate) fn load_body(r: WcRange<Load>) {
+    let n = r.len();
     if n == 0 {
         return;
     }
-    // SAFETY: forwarded contract, with the size each one takes.
+    // SAFETY: the route's size class, which is each one's.
     unsafe {
-        match route(Direction::FromDevice, dev.addr(), n) {
-            Route::Small => load_small(host, dev, n),
-            Route::Short => load_short(host, dev, n),
-            Route::Lines | Route::Span | Route::Large => load_large(host, dev, n),
+        match route(Direction::FromDevice, r.dev(), n) {
+            Route::Small => load_small(r),
+            Route::Short => load_short(r),
+            Route::Lines | Route::Span | Route::Large => load_large(r),
         }
     }
 }
 
-/// A short load ([`SHORT_MAX`]), out of line for [`load_body`].
-///
-/// # Safety
-/// As [`load`], and `16 <= n < SHORT_MAX`.
-#[inline(never)]
-unsafe fn load_short(host: *mut u8, dev: *const u8, n: usize) {
-    let sel = select::get();
-    // SAFETY: forwarded (the span load takes any load).
-    unsafe {
+wc_out_of_line! {
+    /// A short load ([`SHORT_MAX`]), out of line for [`load_body`].
+    ///
+    /// # Safety
+    /// `16 <= r.len() < SHORT_MAX`.
+    unsafe fn load_short(r: WcRange<Load>) {
+        let sel = select::get();
         if let Some(span) = sel.span_load() {
-            (span.unfenced)(host, dev, n);
+            let (host, dev, n) = r.parts();
+            // SAFETY: `r`'s range; the span load takes any load.
+            unsafe { (span.unfenced)(host, dev, n) };
         } else {
-            load_short_body(host, dev, n, sel.stream_chunks)
+            // SAFETY: this function's size class.
+            unsafe { load_short_body(r, sel.stream_chunks) }
         }
     }
 }
@@ -214,24 +195,26 @@ pub(crate) fn chunk_streaming() -> Option<bool> {
 /// A short load: the aligned 16-byte chunk holding a misaligned head, every aligned 16-byte chunk
 /// of the middle, the chunk holding the tail; each one read with one instruction and handed to
 /// the host through registers. No call, so callers that jump here need no saved registers.
+/// `stream` is [`chunk_streaming`]'s answer.
 ///
 /// # Safety
-/// As [`load`], and `16 <= n < SHORT_MAX`.
-/// `stream` is [`chunk_streaming`]'s answer.
+/// `16 <= r.len() < SHORT_MAX`.
 #[inline(always)]
-pub(crate) unsafe fn load_short_body(host: *mut u8, dev: *const u8, n: usize, stream: bool) {
+pub(crate) unsafe fn load_short_body(r: WcRange<Load>, stream: bool) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: forwarded; `n >= 16` is the caller's contract, and telling the compiler spares
-    // `load_chunks` its tests for ranges shorter than the first chunk.
+    // SAFETY: `r`'s range, which `load_chunks` takes; `n >= 16` is this function's size class,
+    // and telling the compiler spares `load_chunks` its tests for ranges shorter than the first
+    // chunk.
     unsafe {
+        let (host, dev, n) = r.parts();
         std::hint::assert_unchecked(n >= 16);
         load_chunks(stream, host, dev, n)
     }
     #[cfg(not(target_arch = "x86_64"))]
-    // SAFETY: forwarded contract.
+    // SAFETY: this function's size class is within `load_large_body`'s.
     unsafe {
         let _ = stream;
-        load_large_body(host, dev, n)
+        load_large_body(r)
     }
 }
 
@@ -239,17 +222,12 @@ pub(crate) unsafe fn load_short_body(host: *mut u8, dev: *const u8, n: usize, st
 /// aligned 16-byte chunk or, when it straddles two, both.
 ///
 /// # Safety
-/// As [`load`], and `1 <= n < 16`.
+/// `1 <= r.len() < 16`.
 #[inline(always)]
-pub(crate) unsafe fn load_small(host: *mut u8, dev: *const u8, n: usize) {
-    // SAFETY: forwarded; in one word for `load_word`, across a word for `load_small_chunks`.
-    unsafe {
-        if in_one_word(dev.addr(), n) {
-            load_word(host, dev, n)
-        } else {
-            load_small_chunks(host, dev, n, dev.addr() & 15)
-        }
-    }
+pub(crate) unsafe fn load_small(r: WcRange<Load>) {
+    // SAFETY: this function's size class; in one word for `load_word`, across a word for
+    // `load_small_chunks`.
+    unsafe { if in_one_word(r.dev(), r.len()) { load_word(r) } else { load_small_chunks(r, r.dev() & 15) } }
 }
 
 /// Whether a load of `n` bytes at device address `dev` lies in one aligned 8-byte word, which
@@ -262,11 +240,12 @@ pub(crate) fn in_one_word(dev: usize, n: usize) -> bool {
 /// A load of 1-8 bytes inside one aligned 8-byte word ([`in_one_word`]): one aligned read.
 ///
 /// # Safety
-/// As [`load`], with `n >= 1` and [`in_one_word`].
+/// `r.len() >= 1` and [`in_one_word`].
 #[inline(always)]
-pub(crate) unsafe fn load_word(host: *mut u8, dev: *const u8, n: usize) {
+pub(crate) unsafe fn load_word(r: WcRange<Load>) {
+    let (host, dev, n) = r.parts();
     let word = dev.addr() & 7;
-    // SAFETY: the aligned word holds a byte of [dev, dev + n), so it lies in the same page,
+    // SAFETY: the aligned word holds a byte of `r`'s device range, so it lies in the same page,
     // inside the mapping; host writes stay inside [host, host + n).
     unsafe {
         let v = u64::from_le(dev.sub(word).cast::<u64>().read_volatile()) >> (8 * word);
@@ -279,44 +258,47 @@ pub(crate) unsafe fn load_word(host: *mut u8, dev: *const u8, n: usize) {
 /// fast path where the CPU has no span load): no call.
 ///
 /// # Safety
-/// As [`load_small`].
+/// `1 <= r.len() < 16`.
 #[inline(always)]
-pub(crate) unsafe fn load_small_across(host: *mut u8, dev: *const u8, n: usize) {
+pub(crate) unsafe fn load_small_across(r: WcRange<Load>) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: forwarded. Without a selection (not after `gdr_open`, which makes it) plain MOVDQA,
-    // valid on every x86-64 CPU: no initialising call here. The shuffle only where the selection
-    // says the CPU has it, for a range inside one chunk (its contract).
+    // SAFETY: this function's size class, which is `small_chunks`'s. Without a selection (not
+    // after `gdr_open`, which makes it) plain MOVDQA, valid on every x86-64 CPU: no initialising
+    // call here. The shuffle only where the selection says the CPU has it, for a range inside one
+    // chunk (its contract).
     unsafe {
+        let (host, dev, n) = r.parts();
         let (stream, shuffle) = select::ready().map_or((false, false), |s| (s.stream_chunks, s.shuffle_chunks));
         let head = dev.addr() & 15;
         if shuffle && head + n <= 16 {
             x86::load_in_chunk_sse41(host, dev, n);
             return;
         }
-        small_chunks(host, dev, n, head, |chunk, skip, host, n| bounce_x86(stream, chunk, skip, host, n))
+        small_chunks(r, head, |chunk, skip, host, n| bounce_x86(stream, chunk, skip, host, n))
     }
     #[cfg(not(target_arch = "x86_64"))]
-    // SAFETY: forwarded.
+    // SAFETY: this function's size class is `load_small`'s.
     unsafe {
-        load_small(host, dev, n)
+        load_small(r)
     }
 }
 
-/// [`load_small`] across an 8-byte boundary: one or two aligned 16-byte chunks. Out of line, so
-/// that the one-word case needs no saved registers.
-///
-/// # Safety
-/// As [`load_small`]; `head` is `dev % 16`.
-#[inline(never)]
-unsafe fn load_small_chunks(host: *mut u8, dev: *const u8, n: usize, head: usize) {
-    let sel = select::get();
-    // SAFETY: forwarded (the span load takes any load); `bounce` has `small_chunks`'s contract
-    // for `chunk_to`.
-    unsafe {
+wc_out_of_line! {
+    /// [`load_small`] across an 8-byte boundary: one or two aligned 16-byte chunks. Out of line, so
+    /// that the one-word case needs no saved registers.
+    ///
+    /// # Safety
+    /// `1 <= r.len() < 16`; `head` is the device address `% 16`.
+    unsafe fn load_small_chunks(r: WcRange<Load>, head: usize) {
+        let sel = select::get();
         if let Some(span) = sel.span_load() {
-            (span.unfenced)(host, dev, n);
+            let (host, dev, n) = r.parts();
+            // SAFETY: `r`'s range; the span load takes any load.
+            unsafe { (span.unfenced)(host, dev, n) };
         } else {
-            small_chunks(host, dev, n, head, |chunk, skip, host, n| bounce(sel, chunk, skip, host, n))
+            // SAFETY: this function's contract is `small_chunks`'s; `bounce` has `small_chunks`'s
+            // contract for `chunk_to`.
+            unsafe { small_chunks(r, head, |chunk, skip, host, n| bounce(sel, chunk, skip, host, n)) }
         }
     }
 }
@@ -326,15 +308,10 @@ unsafe fn load_small_chunks(host: *mut u8, dev: *const u8, n: usize, head: usize
 /// signature and contract).
 ///
 /// # Safety
-/// As [`load_small`]; `head` is `dev % 16`.
+/// `1 <= r.len() < 16`; `head` is the device address `% 16`.
 #[inline(always)]
-unsafe fn small_chunks(
-    host: *mut u8,
-    dev: *const u8,
-    n: usize,
-    head: usize,
-    chunk_to: impl Fn(*const u8, usize, *mut u8, usize),
-) {
+unsafe fn small_chunks(r: WcRange<Load>, head: usize, chunk_to: impl Fn(*const u8, usize, *mut u8, usize)) {
+    let (host, dev, n) = r.parts();
     // SAFETY: every device read (an aligned chunk) holds at least one byte of [dev, dev + n), so
     // it lies in the same page, inside the mapping; host writes stay inside [host, host + n);
     // each call gets `skip + count <= 16`.
@@ -349,59 +326,63 @@ unsafe fn small_chunks(
     }
 }
 
-/// A load of 16 bytes or more: an aligned chunk for a misaligned head, the 16-aligned middle with
-/// the kernels, an aligned chunk for the tail.
-///
-/// # Safety
-/// As [`load`], and `n >= 16`.
-#[inline(never)]
-unsafe fn load_large(host: *mut u8, dev: *const u8, n: usize) {
-    // SAFETY: forwarded.
-    unsafe { load_large_body(host, dev, n) }
+wc_out_of_line! {
+    /// A load of 16 bytes or more: an aligned chunk for a misaligned head, the 16-aligned middle with
+    /// the kernels, an aligned chunk for the tail.
+    ///
+    /// # Safety
+    /// `r.len() >= 16`.
+    unsafe fn load_large(r: WcRange<Load>) {
+        // SAFETY: this function's size class.
+        unsafe { load_large_body(r) }
+    }
 }
 
 /// The body of [`load_large`], for callers that are out of line themselves.
 ///
 /// # Safety
-/// As [`load_large`].
+/// `r.len() >= 16`.
 #[inline(always)]
-pub(crate) unsafe fn load_large_body(host: *mut u8, dev: *const u8, n: usize) {
+pub(crate) unsafe fn load_large_body(r: WcRange<Load>) {
     #[cfg(target_arch = "x86_64")]
-    if n >= SHORT_MAX
+    if r.len() >= SHORT_MAX
         && let Some(sel) = select::ready()
     {
-        // SAFETY: forwarded; `n >= SHORT_MAX` as `load_lines_last` needs.
-        return unsafe { load_lines_last(sel, host, dev, n) };
+        // SAFETY: `r.len() >= SHORT_MAX`, as `load_lines_last` needs.
+        return unsafe { load_lines_last(sel, r) };
     }
-    // SAFETY: forwarded.
-    unsafe { load_planned(host, dev, n) }
+    // SAFETY: this function's size class.
+    unsafe { load_planned(r) }
 }
 
-/// [`load_large_body`] through the plan: a chunk for a misaligned head, the 16-aligned middle
-/// split among the kernels, a chunk for the tail. Out of line, so that the calls it makes do not
-/// make [`load_lines_last`]'s callers save registers.
-///
-/// # Safety
-/// As [`load_large`].
-#[inline(never)]
-unsafe fn load_planned(host: *mut u8, dev: *const u8, n: usize) {
-    let sel = select::get();
-    let head = dev.addr() & 15;
-    // SAFETY: chunk reads as in `load_small`; the middle is 16-aligned on the device side with a
-    // length that is a multiple of 16, which the plan splits among the kernels' alignments.
-    unsafe {
-        let mut i = 0;
-        if head != 0 {
-            i = 16 - head;
-            bounce(sel, dev.sub(head), head, host, i);
-        }
-        let body = (n - i) & !15;
-        if body != 0 {
-            run_plan(&sel.load, aligned::from_device, Direction::FromDevice, host.add(i), dev.add(i), body);
-        }
-        let tail = (n - i) & 15;
-        if tail != 0 {
-            bounce(sel, dev.add(i + body), 0, host.add(i + body), tail);
+wc_out_of_line! {
+    /// [`load_large_body`] through the plan: a chunk for a misaligned head, the 16-aligned middle
+    /// split among the kernels, a chunk for the tail. Out of line, so that the calls it makes do not
+    /// make [`load_lines_last`]'s callers save registers.
+    ///
+    /// # Safety
+    /// `r.len() >= 16`.
+    unsafe fn load_planned(r: WcRange<Load>) {
+        let sel = select::get();
+        let (host, dev, n) = r.parts();
+        let head = dev.addr() & 15;
+        // SAFETY: chunk reads as in `small_chunks`, the head's inside the range as `n >= 16`; the
+        // middle is 16-aligned on the device side with a length that is a multiple of 16, which the
+        // plan splits among the kernels' alignments.
+        unsafe {
+            let mut i = 0;
+            if head != 0 {
+                i = 16 - head;
+                bounce(sel, dev.sub(head), head, host, i);
+            }
+            let body = (n - i) & !15;
+            if body != 0 {
+                run_plan(&sel.load, aligned::from_device, Direction::FromDevice, host.add(i), dev.add(i), body);
+            }
+            let tail = (n - i) & 15;
+            if tail != 0 {
+                bounce(sel, dev.add(i + body), 0, host.add(i + body), tail);
+            }
         }
     }
 }
@@ -414,17 +395,33 @@ unsafe fn load_planned(host: *mut u8, dev: *const u8, n: usize) {
 /// their order is free; the host sees the same bytes.
 ///
 /// # Safety
-/// As [`load_large`], and `n >= SHORT_MAX`, so at least one whole line lies inside.
+/// `r.len() >= SHORT_MAX`, so at least one whole line lies inside.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn load_lines_last(sel: &Selection, r: WcRange<Load>) {
+    let (host, dev, n) = r.parts();
+    // SAFETY: `r`'s parts, and this function's contract (`n >= SHORT_MAX`); `out_of_line` takes
+    // them as the range.
+    unsafe { load_lines_last_out_of_line(sel, host, dev, n) }
+}
+
+/// The body of [`load_lines_last`], out of line with the range in registers (see
+/// [`wc_out_of_line`]; the selection comes first, which the macro does not write).
+///
+/// # Safety
+/// `[host, host + n)` <- `[dev, dev + n)` is a [`WcRange`], and `n >= SHORT_MAX`.
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
-unsafe fn load_lines_last(sel: &Selection, host: *mut u8, dev: *const u8, n: usize) {
+unsafe fn load_lines_last_out_of_line(sel: &Selection, host: *mut u8, dev: *const u8, n: usize) {
+    // SAFETY: this function's contract.
+    let r = unsafe { WcRange::<Load>::new(host, dev, n) };
     if let Some(whole) = sel.whole_load(n, is_whole_lines(dev.addr(), n)) {
-        // SAFETY: forwarded (`n >= SHORT_MAX`, as `whole_load` wants).
+        // SAFETY: `r`'s range with `n >= SHORT_MAX`, as `whole_load` wants.
         unsafe { (whole.unfenced)(host, dev, n) };
         return;
     }
-    // SAFETY: forwarded; the line slot's kernel has the line slot's contract.
-    unsafe { load_ends_then(sel, host, dev, n, |h, d, len| (sel.load.line)(h, d, len)) }
+    // SAFETY: this function's size class; the line slot's kernel has the line slot's contract.
+    unsafe { load_ends_then(sel, r, |h, d, len| (sel.load.line)(h, d, len)) }
 }
 
 /// The body of [`load_lines_last`]: the partial lines at both ends, then `lines(host, dev, len)`
@@ -433,16 +430,15 @@ unsafe fn load_lines_last(sel: &Selection, host: *mut u8, dev: *const u8, n: usi
 /// the kernel's fenced twin ([`Selection::load_line_fenced`]), so its copy ends in a jump too.
 ///
 /// # Safety
-/// As [`load_lines_last`]; `lines` has the line slot's contract.
+/// `r.len() >= SHORT_MAX`; `lines` has the line slot's contract.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) unsafe fn load_ends_then<R>(
     sel: &Selection,
-    host: *mut u8,
-    dev: *const u8,
-    n: usize,
+    r: WcRange<Load>,
     lines: impl FnOnce(*mut u8, *const u8, usize) -> R,
 ) -> R {
+    let (host, dev, n) = r.parts();
     let before = (64 - (dev.addr() & 63)) & 63;
     let after = (dev.addr() + n) & 63;
     // SAFETY: [dev, dev + before) ends at a line boundary and [dev + n - after, dev + n) starts at
@@ -459,13 +455,13 @@ pub(crate) unsafe fn load_ends_then<R>(
 /// rest), inline, no call: the short path, and the partial lines at the ends of a long load.
 ///
 /// # Safety
-/// As [`load`] (`len` 0 does nothing).
+/// `[host, host + len)` <- `[dev, dev + len)` is a [`WcRange`] (`len` 0 does nothing).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn load_chunks(stream: bool, host: *mut u8, dev: *const u8, len: usize) {
     let skip = dev.addr() & 15;
     let mut i = 0;
-    // SAFETY: chunk reads as in `load_small` (each aligned chunk holds a byte of the range); host
+    // SAFETY: chunk reads as in `small_chunks` (each aligned chunk holds a byte of the range); host
     // writes stay inside [host, host + len); `bounce_x86` gets `skip + count <= 16`.
     unsafe {
         if skip != 0 && len != 0 {
@@ -507,7 +503,8 @@ struct Chunk([u8; 16]);
 #[inline(always)]
 unsafe fn bounce(sel: &Selection, chunk: *const u8, skip: usize, host: *mut u8, n: usize) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: forwarded contract; `stream_chunks` is set only where the CPU has SSE4.1.
+    // SAFETY: the caller's chunk is `bounce_x86`'s; `stream_chunks` is set only where the CPU has
+    // SSE4.1.
     unsafe {
         bounce_x86(sel.stream_chunks, chunk, skip, host, n)
     }

@@ -3,6 +3,8 @@
 //! to one call. `capi` checks the C pointers, makes one call here and turns the result into
 //! upstream's convention.
 
+#![forbid(unsafe_code)]
+
 use gpudirect_common::Result;
 
 use super::grace::Exit;

@@ -3,10 +3,10 @@
 use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
 
-use gpudirect_common::boundary::guard;
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::*;
+use crate::capi::Gds;
 use crate::capi::parse::*;
 use crate::capi::post::{post, post_plain, post_scratch};
 use crate::engine::memops::{self, Desc};
@@ -17,13 +17,14 @@ use crate::verbs::provider;
 // ---------------------------------------------------------------------------------------------
 // gdsync/core.h: parameters
 
-/// `int gds_query_param(gds_param_t param, int *value)`
-///
-/// # Safety
-/// `value` is NULL or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_query_param(param: c_int, value: *mut c_int) -> c_int {
-    ffi!("gds_query_param", {
+gpudirect_common::export! {
+    library = Gds;
+
+    /// `int gds_query_param(gds_param_t param, int *value)`
+    ///
+    /// # Safety
+    /// `value` is NULL or writable.
+    pub unsafe fn gds_query_param(param: c_int, value: *mut c_int) -> c_int {
         if value.is_null() {
             return Err(einval("gds_query_param", "NULL value"));
         }
@@ -35,70 +36,78 @@ pub unsafe extern "C" fn gds_query_param(param: c_int, value: *mut c_int) -> c_i
             }
             p => Err(einval("gds_query_param", &format!("unknown param {p}"))),
         }
-    })
-}
+    }
 
-// ---------------------------------------------------------------------------------------------
-// gdsync/core.h: QPs and CQs (verbs provider)
+    // ---------------------------------------------------------------------------------------------
+    // gdsync/core.h: QPs and CQs (verbs provider)
 
-/// `struct gds_qp *gds_create_qp(struct ibv_pd *, struct ibv_context *, gds_qp_init_attr_t *, int gpu_id, int flags)`
-///
-/// # Safety
-/// Pointers are NULL or valid verbs objects / attributes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_create_qp(
-    pd: *mut c_void,
-    context: *mut c_void,
-    qp_init_attr: *mut c_void,
-    gpu_id: c_int,
-    flags: c_int,
-) -> *mut GdsQp {
-    const F: &str = "gds_create_qp";
-    let r = guard(
-        Err(Errno::EIO),
-        |m| gds_err!(F, "internal error (panic): {m}"),
-        || -> Result<NonNull<GdsQp>> {
-            crate::fork::check(F)?;
-            let allowed = GDS_CREATE_QP_WQ_ON_GPU
-                | GDS_CREATE_QP_TX_CQ_ON_GPU
-                | GDS_CREATE_QP_RX_CQ_ON_GPU
-                | GDS_CREATE_QP_WQ_DBREC_ON_GPU;
-            if flags & !allowed != 0 {
-                return Err(einval(F, &format!("invalid flags {flags:#x}")));
-            }
-            if pd.is_null() || context.is_null() || qp_init_attr.is_null() {
-                return Err(einval(F, "NULL pd, context or attributes"));
-            }
-            if !(0..16).contains(&gpu_id) {
-                return Err(einval(F, &format!("invalid GPU id {gpu_id}")));
-            }
-            // SAFETY: non-NULL application pointers, forwarded.
-            unsafe { provider().create_qp(pd, context, qp_init_attr, gpu_id, flags) }
-        },
-    );
-    match r {
-        Ok(p) => p.as_ptr(),
-        Err(e) => {
-            // SAFETY: errno is thread-local; writing it is always allowed.
-            unsafe { *libc::__errno_location() = e.0 };
-            std::ptr::null_mut()
+    /// `struct gds_qp *gds_create_qp(struct ibv_pd *, struct ibv_context *, gds_qp_init_attr_t *,
+    /// int gpu_id, int flags)`
+    ///
+    /// # Safety
+    /// Pointers are NULL or valid verbs objects / attributes.
+    on_panic(null_with_errno(Errno::EIO)) pub unsafe fn gds_create_qp(
+        pd: *mut c_void,
+        context: *mut c_void,
+        qp_init_attr: *mut c_void,
+        gpu_id: c_int,
+        flags: c_int,
+    ) -> *mut GdsQp {
+        // SAFETY: the export's contract.
+        match unsafe { create_qp(pd, context, qp_init_attr, gpu_id, flags) } {
+            Ok(p) => p.as_ptr(),
+            Err(e) => null_with_errno(e),
         }
     }
-}
 
-/// `int gds_destroy_qp(struct gds_qp *qp)`
-///
-/// # Safety
-/// `qp` is NULL or came from `gds_create_qp`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_destroy_qp(qp: *mut GdsQp) -> c_int {
-    ffi!("gds_destroy_qp", {
+    /// `int gds_destroy_qp(struct gds_qp *qp)`
+    ///
+    /// # Safety
+    /// `qp` is NULL or came from `gds_create_qp`.
+    pub unsafe fn gds_destroy_qp(qp: *mut GdsQp) -> c_int {
         match NonNull::new(qp) {
             None => Ok(()),
             // SAFETY: from gds_create_qp per the contract.
             Some(q) => unsafe { provider().destroy_qp(q) },
         }
-    })
+    }
+}
+
+/// [`gds_create_qp`]'s work, under its guard.
+///
+/// # Safety
+/// As [`gds_create_qp`].
+unsafe fn create_qp(
+    pd: *mut c_void,
+    context: *mut c_void,
+    qp_init_attr: *mut c_void,
+    gpu_id: c_int,
+    flags: c_int,
+) -> Result<NonNull<GdsQp>> {
+    const F: &str = "gds_create_qp";
+    crate::fork::check(F)?;
+    let allowed = GDS_CREATE_QP_WQ_ON_GPU
+        | GDS_CREATE_QP_TX_CQ_ON_GPU
+        | GDS_CREATE_QP_RX_CQ_ON_GPU
+        | GDS_CREATE_QP_WQ_DBREC_ON_GPU;
+    if flags & !allowed != 0 {
+        return Err(einval(F, &format!("invalid flags {flags:#x}")));
+    }
+    if pd.is_null() || context.is_null() || qp_init_attr.is_null() {
+        return Err(einval(F, "NULL pd, context or attributes"));
+    }
+    if !(0..16).contains(&gpu_id) {
+        return Err(einval(F, &format!("invalid GPU id {gpu_id}")));
+    }
+    // SAFETY: non-NULL application pointers, forwarded.
+    unsafe { provider().create_qp(pd, context, qp_init_attr, gpu_id, flags) }
+}
+
+/// NULL with `errno` set to `e`: upstream's failure convention for a pointer-returning function.
+fn null_with_errno<T>(e: Errno) -> *mut T {
+    // SAFETY: errno is thread-local; writing it is always allowed.
+    unsafe { *libc::__errno_location() = e.0 };
+    std::ptr::null_mut()
 }
 
 /// The QP as a non-NULL pointer whose `qp` member is set.
@@ -154,32 +163,30 @@ unsafe fn prepare_send(
     unsafe { provider().prepare_send(q, wr, bad_wr, request) }
 }
 
-/// `int gds_prepare_send(struct gds_qp *, gds_send_wr *, gds_send_wr **bad_wr, gds_send_request_t *)`
-///
-/// # Safety
-/// `request` is NULL or writable; the others as for ibv_post_send.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_prepare_send(
-    qp: *mut GdsQp,
-    wr: *mut c_void,
-    bad_wr: *mut *mut c_void,
-    request: *mut SendRequest,
-) -> c_int {
-    ffi!("gds_prepare_send", {
+gpudirect_common::export! {
+    library = Gds;
+
+    /// `int gds_prepare_send(struct gds_qp *, gds_send_wr *, gds_send_wr **bad_wr, gds_send_request_t *)`
+    ///
+    /// # Safety
+    /// `request` is NULL or writable; the others as for ibv_post_send.
+    pub unsafe fn gds_prepare_send(
+        qp: *mut GdsQp,
+        wr: *mut c_void,
+        bad_wr: *mut *mut c_void,
+        request: *mut SendRequest,
+    ) -> c_int {
         // SAFETY: NULL or writable per the contract.
         let req = unsafe { request.as_mut() }.ok_or_else(|| einval("gds_prepare_send", "NULL request"))?;
         // SAFETY: forwarded contract.
         unsafe { prepare_send(qp, wr, bad_wr, req) }
-    })
-}
+    }
 
-/// `int gds_post_send(struct gds_qp *, gds_send_wr *, gds_send_wr **bad_wr)`: CPU-rung send.
-///
-/// # Safety
-/// As for ibv_post_send.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_post_send(qp: *mut GdsQp, wr: *mut c_void, bad_wr: *mut *mut c_void) -> c_int {
-    ffi!("gds_post_send", {
+    /// `int gds_post_send(struct gds_qp *, gds_send_wr *, gds_send_wr **bad_wr)`: CPU-rung send.
+    ///
+    /// # Safety
+    /// As for ibv_post_send.
+    pub unsafe fn gds_post_send(qp: *mut GdsQp, wr: *mut c_void, bad_wr: *mut *mut c_void) -> c_int {
         // SAFETY: all-zero is a valid request; it is initialised again by prepare_send.
         let mut req: Box<SendRequest> = Box::new(unsafe { std::mem::zeroed() });
         // SAFETY: forwarded contract.
@@ -197,35 +204,29 @@ pub unsafe extern "C" fn gds_post_send(qp: *mut GdsQp, wr: *mut c_void, bad_wr: 
         let q = unsafe { live_qp("gds_post_send", qp) }?;
         provider().after_cpu_send(q);
         Ok(())
-    })
-}
+    }
 
-/// `int gds_post_recv(struct gds_qp *, struct ibv_recv_wr *, struct ibv_recv_wr **bad_wr)`
-///
-/// # Safety
-/// As for ibv_post_recv.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_post_recv(qp: *mut GdsQp, wr: *mut c_void, bad_wr: *mut *mut c_void) -> c_int {
-    ffi!("gds_post_recv", {
+    /// `int gds_post_recv(struct gds_qp *, struct ibv_recv_wr *, struct ibv_recv_wr **bad_wr)`
+    ///
+    /// # Safety
+    /// As for ibv_post_recv.
+    pub unsafe fn gds_post_recv(qp: *mut GdsQp, wr: *mut c_void, bad_wr: *mut *mut c_void) -> c_int {
         // SAFETY: forwarded contract.
         let q = unsafe { live_qp("gds_post_recv", qp) }?;
         // SAFETY: forwarded contract.
         unsafe { provider().post_recv(q, wr, bad_wr) }
-    })
-}
+    }
 
-/// `int gds_stream_queue_send(CUstream, struct gds_qp *, gds_send_wr *, gds_send_wr **bad_wr)`
-///
-/// # Safety
-/// As `gds_prepare_send`; `stream` is a live stream or a predefined handle.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_stream_queue_send(
-    stream: CuStream,
-    qp: *mut GdsQp,
-    wr: *mut c_void,
-    bad_wr: *mut *mut c_void,
-) -> c_int {
-    ffi!("gds_stream_queue_send", {
+    /// `int gds_stream_queue_send(CUstream, struct gds_qp *, gds_send_wr *, gds_send_wr **bad_wr)`
+    ///
+    /// # Safety
+    /// As `gds_prepare_send`; `stream` is a live stream or a predefined handle.
+    pub unsafe fn gds_stream_queue_send(
+        stream: CuStream,
+        qp: *mut GdsQp,
+        wr: *mut c_void,
+        bad_wr: *mut *mut c_void,
+    ) -> c_int {
         if wr.is_null() {
             return Err(einval("gds_stream_queue_send", "NULL work request"));
         }
@@ -235,7 +236,7 @@ pub unsafe extern "C" fn gds_stream_queue_send(
         unsafe { prepare_send(qp, wr, bad_wr, &mut req) }?;
         let ops = parse_ops("gds_stream_queue_send", &req.wr, req.commit.entries)?;
         post(stream, vec![Desc::Send(ops)])
-    })
+    }
 }
 
 /// # Safety
@@ -260,30 +261,28 @@ unsafe fn wait_descs(origin: &str, count: c_int, request: *const WaitRequest) ->
     reqs.iter().map(|r| parse_ops(origin, &r.wr, r.peek.entries).map(Desc::Wait)).collect()
 }
 
-/// `int gds_stream_post_send(CUstream, gds_send_request_t *)`
-///
-/// # Safety
-/// `request` is NULL or a prepared request; `stream` a live stream or predefined handle.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_stream_post_send(stream: CuStream, request: *mut SendRequest) -> c_int {
-    ffi!("gds_stream_post_send", {
+gpudirect_common::export! {
+    library = Gds;
+
+    /// `int gds_stream_post_send(CUstream, gds_send_request_t *)`
+    ///
+    /// # Safety
+    /// `request` is NULL or a prepared request; `stream` a live stream or predefined handle.
+    pub unsafe fn gds_stream_post_send(stream: CuStream, request: *mut SendRequest) -> c_int {
         // SAFETY: forwarded contract (one request).
         let d = unsafe { send_descs("gds_stream_post_send", 1, request) }?;
         post(stream, d)
-    })
-}
+    }
 
-/// `int gds_stream_post_send_all(CUstream, int count, gds_send_request_t *)`
-///
-/// # Safety
-/// `request` is NULL or `count` prepared requests.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_stream_post_send_all(stream: CuStream, count: c_int, request: *mut SendRequest) -> c_int {
-    ffi!("gds_stream_post_send_all", {
+    /// `int gds_stream_post_send_all(CUstream, int count, gds_send_request_t *)`
+    ///
+    /// # Safety
+    /// `request` is NULL or `count` prepared requests.
+    pub unsafe fn gds_stream_post_send_all(stream: CuStream, count: c_int, request: *mut SendRequest) -> c_int {
         // SAFETY: forwarded contract.
         let d = unsafe { send_descs("gds_stream_post_send_all", count, request) }?;
         post(stream, d)
-    })
+    }
 }
 
 /// Prepares a wait (upstream's gds_prepare_wait_cq body).
@@ -304,13 +303,14 @@ unsafe fn prepare_wait(cq: NonNull<GdsCq>, request: &mut WaitRequest) -> Result<
     unsafe { provider().prepare_wait(cq, request) }
 }
 
-/// `int gds_prepare_wait_cq(struct gds_cq *, gds_wait_request_t *, int flags)`
-///
-/// # Safety
-/// `cq` is NULL or a QP's CQ; `request` NULL or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_prepare_wait_cq(cq: *mut GdsCq, request: *mut WaitRequest, flags: c_int) -> c_int {
-    ffi!("gds_prepare_wait_cq", {
+gpudirect_common::export! {
+    library = Gds;
+
+    /// `int gds_prepare_wait_cq(struct gds_cq *, gds_wait_request_t *, int flags)`
+    ///
+    /// # Safety
+    /// `cq` is NULL or a QP's CQ; `request` NULL or writable.
+    pub unsafe fn gds_prepare_wait_cq(cq: *mut GdsCq, request: *mut WaitRequest, flags: c_int) -> c_int {
         const F: &str = "gds_prepare_wait_cq";
         if flags != 0 {
             return Err(einval(F, &format!("invalid flags {flags:#x}")));
@@ -320,46 +320,37 @@ pub unsafe extern "C" fn gds_prepare_wait_cq(cq: *mut GdsCq, request: *mut WaitR
         let cq = NonNull::new(cq).ok_or_else(|| einval(F, "NULL CQ"))?;
         // SAFETY: forwarded contract.
         unsafe { prepare_wait(cq, req) }
-    })
-}
+    }
 
-/// `int gds_stream_post_wait_cq(CUstream, gds_wait_request_t *)`
-///
-/// # Safety
-/// As `gds_stream_post_send`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_stream_post_wait_cq(stream: CuStream, request: *mut WaitRequest) -> c_int {
-    ffi!("gds_stream_post_wait_cq", {
+    /// `int gds_stream_post_wait_cq(CUstream, gds_wait_request_t *)`
+    ///
+    /// # Safety
+    /// As `gds_stream_post_send`.
+    pub unsafe fn gds_stream_post_wait_cq(stream: CuStream, request: *mut WaitRequest) -> c_int {
         // SAFETY: forwarded contract.
         let d = unsafe { wait_descs("gds_stream_post_wait_cq", 1, request) }?;
         post(stream, d)
-    })
-}
+    }
 
-/// `int gds_stream_post_wait_cq_all(CUstream, int count, gds_wait_request_t *)`
-///
-/// # Safety
-/// As `gds_stream_post_send_all`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_stream_post_wait_cq_all(
-    stream: CuStream,
-    count: c_int,
-    request: *mut WaitRequest,
-) -> c_int {
-    ffi!("gds_stream_post_wait_cq_all", {
+    /// `int gds_stream_post_wait_cq_all(CUstream, int count, gds_wait_request_t *)`
+    ///
+    /// # Safety
+    /// As `gds_stream_post_send_all`.
+    pub unsafe fn gds_stream_post_wait_cq_all(
+        stream: CuStream,
+        count: c_int,
+        request: *mut WaitRequest,
+    ) -> c_int {
         // SAFETY: forwarded contract.
         let d = unsafe { wait_descs("gds_stream_post_wait_cq_all", count, request) }?;
         post(stream, d)
-    })
-}
+    }
 
-/// `int gds_stream_wait_cq(CUstream, struct gds_cq *, int flags)`
-///
-/// # Safety
-/// As `gds_prepare_wait_cq` plus a live stream.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_stream_wait_cq(stream: CuStream, cq: *mut GdsCq, flags: c_int) -> c_int {
-    ffi!("gds_stream_wait_cq", {
+    /// `int gds_stream_wait_cq(CUstream, struct gds_cq *, int flags)`
+    ///
+    /// # Safety
+    /// As `gds_prepare_wait_cq` plus a live stream.
+    pub unsafe fn gds_stream_wait_cq(stream: CuStream, cq: *mut GdsCq, flags: c_int) -> c_int {
         const F: &str = "gds_stream_wait_cq";
         let cq = NonNull::new(cq).ok_or_else(|| einval(F, "NULL CQ"))?;
         if stream.is_null() {
@@ -379,16 +370,13 @@ pub unsafe extern "C" fn gds_stream_wait_cq(stream: CuStream, cq: *mut GdsCq, fl
             return Err(e);
         }
         Ok(())
-    })
-}
+    }
 
-/// `int gds_post_wait_cq(struct gds_cq *, gds_wait_request_t *, int flags)`
-///
-/// # Safety
-/// `cq` NULL or a QP's CQ; `request` NULL or a prepared request.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_post_wait_cq(cq: *mut GdsCq, request: *mut WaitRequest, flags: c_int) -> c_int {
-    ffi!("gds_post_wait_cq", {
+    /// `int gds_post_wait_cq(struct gds_cq *, gds_wait_request_t *, int flags)`
+    ///
+    /// # Safety
+    /// `cq` NULL or a QP's CQ; `request` NULL or a prepared request.
+    pub unsafe fn gds_post_wait_cq(cq: *mut GdsCq, request: *mut WaitRequest, flags: c_int) -> c_int {
         const F: &str = "gds_post_wait_cq";
         if flags != 0 {
             return Err(einval(F, &format!("invalid flags {flags:#x}")));
@@ -398,35 +386,39 @@ pub unsafe extern "C" fn gds_post_wait_cq(cq: *mut GdsCq, request: *mut WaitRequ
         let req = unsafe { request.as_ref() }.ok_or_else(|| einval(F, "NULL request"))?;
         // SAFETY: forwarded contract.
         unsafe { provider().abort_wait(cq, req.peek.peek_id) }
-    })
-}
-
-// ---------------------------------------------------------------------------------------------
-// gdsync/core.h: descriptors
-
-/// `int gds_prepare_wait_value32(gds_wait_value32_t *, uint32_t *ptr, uint32_t value, gds_wait_cond_flag_t, int flags)`
-///
-/// # Safety
-/// `desc` is NULL or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_prepare_wait_value32(
-    desc: *mut WaitValue32,
-    ptr: *mut u32,
-    value: u32,
-    cond_flags: u32,
-    flags: c_int,
-) -> c_int {
-    if crate::fork::settled() && !desc.is_null() && memops::wait_value32_ok(cond_flags, flags) && dword_ptr_ok(ptr) {
-        // The common case, unguarded: a few tests and one store, no call, so nothing here can
-        // panic, and the call needs no stack frame (inside the guard, whose landing pad is on
-        // the same function, it saved six registers). Everything else jumps to the guarded body,
-        // out of line, which tests again and reports.
-        // SAFETY: non-NULL, and writable per the contract.
-        unsafe { desc.write(WaitValue32 { ptr, value, cond_flags, flags }) };
-        return 0;
     }
-    // SAFETY: forwarded contract.
-    unsafe { prepare_wait_value32_guarded(desc, ptr, value, cond_flags, flags) }
+
+    // ---------------------------------------------------------------------------------------------
+    // gdsync/core.h: descriptors
+
+    /// `int gds_prepare_wait_value32(gds_wait_value32_t *, uint32_t *ptr, uint32_t value,
+    /// gds_wait_cond_flag_t, int flags)`
+    ///
+    /// # Safety
+    /// `desc` is NULL or writable.
+    unguarded pub unsafe fn gds_prepare_wait_value32(
+        desc: *mut WaitValue32,
+        ptr: *mut u32,
+        value: u32,
+        cond_flags: u32,
+        flags: c_int,
+    ) -> c_int {
+        if crate::fork::settled()
+            && !desc.is_null()
+            && memops::wait_value32_ok(cond_flags, flags)
+            && dword_ptr_ok(ptr)
+        {
+            // The common case, unguarded: a few tests and one store, no call, so nothing here can
+            // panic, and the call needs no stack frame (inside the guard, whose landing pad is on
+            // the same function, it saved six registers). Everything else jumps to the guarded body,
+            // out of line, which tests again and reports.
+            // SAFETY: non-NULL, and writable per the contract.
+            unsafe { desc.write(WaitValue32 { ptr, value, cond_flags, flags }) };
+            return 0;
+        }
+        // SAFETY: forwarded contract.
+        unsafe { prepare_wait_value32_guarded(desc, ptr, value, cond_flags, flags) }
+    }
 }
 
 /// [`gds_prepare_wait_value32`] under the guard, for everything but the common case. `extern "C"`
@@ -443,7 +435,7 @@ unsafe extern "C" fn prepare_wait_value32_guarded(
     cond_flags: u32,
     flags: c_int,
 ) -> c_int {
-    ffi!("gds_prepare_wait_value32", {
+    gpudirect_common::guarded!(Gds, "gds_prepare_wait_value32", -> c_int {
         const F: &str = "gds_prepare_wait_value32";
         // SAFETY: NULL or writable.
         let d = unsafe { desc.as_mut() }.ok_or_else(|| einval(F, "NULL descriptor"))?;
@@ -454,25 +446,28 @@ unsafe extern "C" fn prepare_wait_value32_guarded(
     })
 }
 
-/// `int gds_prepare_write_value32(gds_write_value32_t *, uint32_t *ptr, uint32_t value, int flags)`
-///
-/// # Safety
-/// `desc` is NULL or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_prepare_write_value32(
-    desc: *mut WriteValue32,
-    ptr: *mut u32,
-    value: u32,
-    flags: c_int,
-) -> c_int {
-    if crate::fork::settled() && !desc.is_null() && memops::write_value32_ok(flags) && dword_ptr_ok(ptr) {
-        // The common case, unguarded, as in `gds_prepare_wait_value32`.
-        // SAFETY: non-NULL, and writable per the contract.
-        unsafe { desc.write(WriteValue32 { ptr, value, flags }) };
-        return 0;
+gpudirect_common::export! {
+    library = Gds;
+
+    /// `int gds_prepare_write_value32(gds_write_value32_t *, uint32_t *ptr, uint32_t value, int flags)`
+    ///
+    /// # Safety
+    /// `desc` is NULL or writable.
+    unguarded pub unsafe fn gds_prepare_write_value32(
+        desc: *mut WriteValue32,
+        ptr: *mut u32,
+        value: u32,
+        flags: c_int,
+    ) -> c_int {
+        if crate::fork::settled() && !desc.is_null() && memops::write_value32_ok(flags) && dword_ptr_ok(ptr) {
+            // The common case, unguarded, as in `gds_prepare_wait_value32`.
+            // SAFETY: non-NULL, and writable per the contract.
+            unsafe { desc.write(WriteValue32 { ptr, value, flags }) };
+            return 0;
+        }
+        // SAFETY: forwarded contract.
+        unsafe { prepare_write_value32_guarded(desc, ptr, value, flags) }
     }
-    // SAFETY: forwarded contract.
-    unsafe { prepare_write_value32_guarded(desc, ptr, value, flags) }
 }
 
 /// [`gds_prepare_write_value32`] under the guard, for everything but the common case (`extern
@@ -487,7 +482,7 @@ unsafe extern "C" fn prepare_write_value32_guarded(
     value: u32,
     flags: c_int,
 ) -> c_int {
-    ffi!("gds_prepare_write_value32", {
+    gpudirect_common::guarded!(Gds, "gds_prepare_write_value32", -> c_int {
         const F: &str = "gds_prepare_write_value32";
         // SAFETY: NULL or writable.
         let d = unsafe { desc.as_mut() }.ok_or_else(|| einval(F, "NULL descriptor"))?;
@@ -498,19 +493,20 @@ unsafe extern "C" fn prepare_write_value32_guarded(
     })
 }
 
-/// `int gds_prepare_write_memory(gds_write_memory_t *, uint8_t *dest, const uint8_t *src, size_t count, int flags)`
-///
-/// # Safety
-/// `desc` is NULL or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_prepare_write_memory(
-    desc: *mut WriteMemory,
-    dest: *mut u8,
-    src: *const u8,
-    count: usize,
-    flags: c_int,
-) -> c_int {
-    ffi!("gds_prepare_write_memory", {
+gpudirect_common::export! {
+    library = Gds;
+
+    /// `int gds_prepare_write_memory(gds_write_memory_t *, uint8_t *dest, const uint8_t *src, size_t count, int flags)`
+    ///
+    /// # Safety
+    /// `desc` is NULL or writable.
+    pub unsafe fn gds_prepare_write_memory(
+        desc: *mut WriteMemory,
+        dest: *mut u8,
+        src: *const u8,
+        count: usize,
+        flags: c_int,
+    ) -> c_int {
         const F: &str = "gds_prepare_write_memory";
         // SAFETY: NULL or writable.
         let d = unsafe { desc.as_mut() }.ok_or_else(|| einval(F, "NULL descriptor"))?;
@@ -520,30 +516,29 @@ pub unsafe extern "C" fn gds_prepare_write_memory(
         }
         *d = WriteMemory { dest, src, count, flags };
         Ok(())
-    })
-}
-
-/// `int gds_stream_post_descriptors(CUstream, size_t n_descs, gds_descriptor_t *descs, int flags)`
-///
-/// # Safety
-/// `descs` is NULL or `n_descs` descriptors whose pointers are valid; `stream` live or predefined.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_stream_post_descriptors(
-    stream: CuStream,
-    n_descs: usize,
-    descs: *mut Descriptor,
-    flags: c_int,
-) -> c_int {
-    // The common case, unguarded as the prepares' is (see `post_plain`).
-    if flags == 0
-        // SAFETY: forwarded contract.
-        && let Some(values) = unsafe { few_descs(n_descs, descs) }
-        && let Some(r) = post_plain(stream, values.iter().map(value_desc))
-    {
-        return r;
     }
-    // SAFETY: forwarded contract.
-    unsafe { post_descriptors_guarded(stream, n_descs, descs, flags) }
+
+    /// `int gds_stream_post_descriptors(CUstream, size_t n_descs, gds_descriptor_t *descs, int flags)`
+    ///
+    /// # Safety
+    /// `descs` is NULL or `n_descs` descriptors whose pointers are valid; `stream` live or predefined.
+    unguarded pub unsafe fn gds_stream_post_descriptors(
+        stream: CuStream,
+        n_descs: usize,
+        descs: *mut Descriptor,
+        flags: c_int,
+    ) -> c_int {
+        // The common case, unguarded as the prepares' is (see `post_plain`).
+        if flags == 0
+            // SAFETY: forwarded contract.
+            && let Some(values) = unsafe { few_descs(n_descs, descs) }
+            && let Some(r) = post_plain(stream, values.iter().map(value_desc))
+        {
+            return r;
+        }
+        // SAFETY: forwarded contract.
+        unsafe { post_descriptors_guarded(stream, n_descs, descs, flags) }
+    }
 }
 
 /// [`gds_stream_post_descriptors`] under the guard, for everything but its common case.
@@ -552,7 +547,7 @@ pub unsafe extern "C" fn gds_stream_post_descriptors(
 /// As [`gds_stream_post_descriptors`].
 #[inline(never)]
 unsafe fn post_descriptors_guarded(stream: CuStream, n_descs: usize, descs: *mut Descriptor, flags: c_int) -> c_int {
-    ffi!("gds_stream_post_descriptors", {
+    gpudirect_common::guarded!(Gds, "gds_stream_post_descriptors", -> c_int {
         if flags != 0 {
             gds_dbg!("gds_stream_post_descriptors", "flags {flags:#x} ignored (reserved, as upstream)");
         }
@@ -570,19 +565,20 @@ unsafe fn post_descriptors_guarded(stream: CuStream, n_descs: usize, descs: *mut
     })
 }
 
-/// `int gds_post_descriptors(size_t n_descs, gds_descriptor_t *descs, int flags)`: CPU execution.
-///
-/// # Safety
-/// As `gds_stream_post_descriptors`; every pointer must be CPU-accessible.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_post_descriptors(n_descs: usize, descs: *mut Descriptor, flags: c_int) -> c_int {
-    ffi!("gds_post_descriptors", {
+gpudirect_common::export! {
+    library = Gds;
+
+    /// `int gds_post_descriptors(size_t n_descs, gds_descriptor_t *descs, int flags)`: CPU execution.
+    ///
+    /// # Safety
+    /// As `gds_stream_post_descriptors`; every pointer must be CPU-accessible.
+    pub unsafe fn gds_post_descriptors(n_descs: usize, descs: *mut Descriptor, flags: c_int) -> c_int {
         let _ = flags; // forwarded to the op-list executor upstream, where it has no effect
         // SAFETY: forwarded contract.
         let d = unsafe { parse_descs("gds_post_descriptors", n_descs, descs) }?;
         // SAFETY: forwarded contract.
         unsafe { crate::engine::cpu::execute(&d, ranges()) }
-    })
+    }
 }
 
 #[cfg(test)]

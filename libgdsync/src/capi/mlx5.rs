@@ -6,6 +6,7 @@ use std::ffi::c_int;
 use gpudirect_common::Result;
 
 use crate::abi::*;
+use crate::capi::Gds;
 use crate::capi::parse::*;
 use crate::cuda::cuda;
 use crate::engine::memmgr::memmgr;
@@ -36,17 +37,18 @@ unsafe fn info_per_request<R, I>(
     Ok(())
 }
 
-/// `int gds_mlx5_get_send_info(int count, const gds_send_request_t *, gds_mlx5_send_info_t *)`
-///
-/// # Safety
-/// `requests` and `infos` are NULL or arrays of `count` elements.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_mlx5_get_send_info(
-    count: c_int,
-    requests: *const SendRequest,
-    infos: *mut Mlx5SendInfo,
-) -> c_int {
-    ffi!("gds_mlx5_get_send_info", {
+gpudirect_common::export! {
+    library = Gds;
+
+    /// `int gds_mlx5_get_send_info(int count, const gds_send_request_t *, gds_mlx5_send_info_t *)`
+    ///
+    /// # Safety
+    /// `requests` and `infos` are NULL or arrays of `count` elements.
+    pub unsafe fn gds_mlx5_get_send_info(
+        count: c_int,
+        requests: *const SendRequest,
+        infos: *mut Mlx5SendInfo,
+    ) -> c_int {
         const F: &str = "gds_mlx5_get_send_info";
         // SAFETY: forwarded contract.
         unsafe {
@@ -54,20 +56,17 @@ pub unsafe extern "C" fn gds_mlx5_get_send_info(
                 crate::engine::mlx5_info::send_info(&parse_ops(F, &r.wr, r.commit.entries)?, ranges())
             })
         }
-    })
-}
+    }
 
-/// `int gds_mlx5_get_wait_info(int count, const gds_wait_request_t *, gds_mlx5_wait_info_t *)`
-///
-/// # Safety
-/// As `gds_mlx5_get_send_info`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_mlx5_get_wait_info(
-    count: c_int,
-    requests: *const WaitRequest,
-    infos: *mut Mlx5WaitInfo,
-) -> c_int {
-    ffi!("gds_mlx5_get_wait_info", {
+    /// `int gds_mlx5_get_wait_info(int count, const gds_wait_request_t *, gds_mlx5_wait_info_t *)`
+    ///
+    /// # Safety
+    /// As `gds_mlx5_get_send_info`.
+    pub unsafe fn gds_mlx5_get_wait_info(
+        count: c_int,
+        requests: *const WaitRequest,
+        infos: *mut Mlx5WaitInfo,
+    ) -> c_int {
         const F: &str = "gds_mlx5_get_wait_info";
         // SAFETY: forwarded contract.
         unsafe {
@@ -75,21 +74,18 @@ pub unsafe extern "C" fn gds_mlx5_get_wait_info(
                 crate::engine::mlx5_info::wait_info(&parse_ops(F, &r.wr, r.peek.entries)?, ranges())
             })
         }
-    })
-}
+    }
 
-/// `int gds_mlx5_get_dword_wait_info(uint32_t *ptr, uint32_t value, int flags, gds_mlx5_dword_wait_info_t *)`
-///
-/// # Safety
-/// `info` is NULL or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_mlx5_get_dword_wait_info(
-    ptr: *mut u32,
-    value: u32,
-    flags: c_int,
-    info: *mut Mlx5DwordWaitInfo,
-) -> c_int {
-    ffi!("gds_mlx5_get_dword_wait_info", {
+    /// `int gds_mlx5_get_dword_wait_info(uint32_t *ptr, uint32_t value, int flags, gds_mlx5_dword_wait_info_t *)`
+    ///
+    /// # Safety
+    /// `info` is NULL or writable.
+    pub unsafe fn gds_mlx5_get_dword_wait_info(
+        ptr: *mut u32,
+        value: u32,
+        flags: c_int,
+        info: *mut Mlx5DwordWaitInfo,
+    ) -> c_int {
         const F: &str = "gds_mlx5_get_dword_wait_info";
         // SAFETY: NULL or writable.
         let out = unsafe { info.as_mut() }.ok_or_else(|| einval(F, "NULL info"))?;
@@ -98,7 +94,7 @@ pub unsafe extern "C" fn gds_mlx5_get_dword_wait_info(
         let d = memmgr().map_mem(cuda()?, ptr as usize, 4, flags & GDS_MEMORY_MASK)?;
         *out = Mlx5DwordWaitInfo { ptr: d as *mut u32, value };
         Ok(())
-    })
+    }
 }
 
 #[cfg(test)]

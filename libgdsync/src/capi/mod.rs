@@ -4,22 +4,38 @@
 //! (`gdsync/tools.h`, with the API 2.1 stream helpers it declares under
 //! `GDS_ENABLE_LEGACY_API_2_1`); below them `post`, the stream submission they share.
 //!
-//! Each function body runs inside [`ffi!`] (panic guard + errno conversion through
-//! `gpudirect_common::boundary::errno_call`). Application memory is read by [`parse`], once,
-//! into the engine's safe types.
+//! Every export is defined through [`gpudirect_common::export!`] with the library hooks of
+//! [`Gds`]: a panic is logged and becomes `EIO` (NULL with `errno` for `gds_create_qp`), and a
+//! forked child is refused before any body runs. Five exports are the macro's unguarded form,
+//! because their common case is a leaf that cannot panic: the two value prepares, the value
+//! posts (`gds_stream_post_poll_dword`, `gds_stream_post_poke_dword`) and
+//! `gds_stream_post_descriptors`; everything else they do runs in an out-of-line twin under
+//! `gpudirect_common::guarded!` with the export's name. Each function states its own pointer
+//! contract in one line (they differ). Application memory is read by [`parse`], once, into the
+//! engine's safe types.
 
-/// Runs `$body` (a block evaluating to `Result<()>`) behind the panic guard and returns 0 or the
-/// error number, as every `int`-returning gds function does.
-macro_rules! ffi {
-    ($name:expr, $body:block) => {
-        gpudirect_common::boundary::errno_call(
-            |m| gds_err!($name, "internal error (panic): {m}"),
-            || -> gpudirect_common::Result<()> {
-                crate::fork::check($name)?;
-                $body
-            },
-        )
-    };
+use std::ffi::c_int;
+
+use gpudirect_common::boundary::Library;
+use gpudirect_common::{Errno, Result};
+
+/// libgdsync's side of the C boundary: a panic is logged under the function's name, an error is
+/// its errno, and every `int` call first checks that this is not a forked child.
+pub(crate) struct Gds;
+
+impl Library for Gds {
+    type Error = Errno;
+    fn panicked(function: &str, message: &str) {
+        gds_err!(function, "internal error (panic): {message}");
+    }
+    #[inline(always)]
+    fn errno(_function: &str, e: Errno) -> c_int {
+        e.0
+    }
+    #[inline(always)]
+    fn enter(function: &str) -> Result<()> {
+        crate::fork::check(function)
+    }
 }
 
 pub mod parse;

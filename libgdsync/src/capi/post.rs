@@ -6,6 +6,7 @@ use std::ffi::c_int;
 use gpudirect_common::Result;
 
 use crate::abi::*;
+use crate::capi::Gds;
 use crate::cuda::{CuRes, cuda};
 use crate::engine::memmgr::memmgr;
 use crate::engine::memo;
@@ -64,5 +65,7 @@ pub(super) fn post_plain(stream: CuStream, values: impl Iterator<Item = Option<m
 #[cold]
 #[inline(never)]
 fn plain_batch_done(line: &PostLine, stream: CuStream, ops: &[BatchMemOpParams], r: CuRes<()>) -> c_int {
-    ffi!("gds_stream_post_descriptors", { memops::batch_done(line, stream as usize, ops, r) })
+    gpudirect_common::guarded!(Gds, "gds_stream_post_descriptors", -> c_int {
+        memops::batch_done(line, stream as usize, ops, r)
+    })
 }

@@ -6,6 +6,7 @@ use std::ffi::{c_int, c_void};
 use gpudirect_common::Result;
 
 use crate::abi::*;
+use crate::capi::Gds;
 use crate::capi::parse::*;
 use crate::capi::post::{post, post_plain};
 use crate::cuda::cuda;
@@ -13,13 +14,14 @@ use crate::engine::memmgr::memmgr;
 use crate::engine::memops::{self, Desc};
 use crate::engine::post_line::process_line;
 
-/// `int gds_alloc_mapped_memory(gds_mem_desc_t *, size_t size, int flags)`
-///
-/// # Safety
-/// `desc` is NULL or writable.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_alloc_mapped_memory(desc: *mut MemDesc, size: usize, flags: c_int) -> c_int {
-    ffi!("gds_alloc_mapped_memory", {
+gpudirect_common::export! {
+    library = Gds;
+
+    /// `int gds_alloc_mapped_memory(gds_mem_desc_t *, size_t size, int flags)`
+    ///
+    /// # Safety
+    /// `desc` is NULL or writable.
+    pub unsafe fn gds_alloc_mapped_memory(desc: *mut MemDesc, size: usize, flags: c_int) -> c_int {
         const F: &str = "gds_alloc_mapped_memory";
         if size == 0 {
             gds_warn!(F, "size is 0, nothing allocated");
@@ -41,16 +43,13 @@ pub unsafe extern "C" fn gds_alloc_mapped_memory(desc: *mut MemDesc, size: usize
             mh: m.mh,
         };
         Ok(())
-    })
-}
+    }
 
-/// `int gds_free_mapped_memory(gds_mem_desc_t *)`
-///
-/// # Safety
-/// `desc` is NULL or a descriptor filled by `gds_alloc_mapped_memory`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_free_mapped_memory(desc: *mut MemDesc) -> c_int {
-    ffi!("gds_free_mapped_memory", {
+    /// `int gds_free_mapped_memory(gds_mem_desc_t *)`
+    ///
+    /// # Safety
+    /// `desc` is NULL or a descriptor filled by `gds_alloc_mapped_memory`.
+    pub unsafe fn gds_free_mapped_memory(desc: *mut MemDesc) -> c_int {
         const F: &str = "gds_free_mapped_memory";
         // SAFETY: NULL or writable.
         let d = unsafe { desc.as_mut() }.ok_or_else(|| einval(F, "NULL descriptor"))?;
@@ -86,44 +85,42 @@ pub unsafe extern "C" fn gds_free_mapped_memory(desc: *mut MemDesc) -> c_int {
             }
             t => Err(einval(F, &format!("unsupported memory type {t:#x}"))),
         }
-    })
-}
+    }
 
-// ---------------------------------------------------------------------------------------------
-// API 2.1 stream helpers: upstream 2.2 removed them from its headers; ours declare them under
-// GDS_ENABLE_LEGACY_API_2_1, and the library still exports them for old binaries
+    // ---------------------------------------------------------------------------------------------
+    // API 2.1 stream helpers: upstream 2.2 removed them from its headers; ours declare them under
+    // GDS_ENABLE_LEGACY_API_2_1, and the library still exports them for old binaries
 
-/// `int gds_stream_post_poll_dword(CUstream, uint32_t *ptr, uint32_t magic, gds_wait_cond_flag_t, int flags)`
-///
-/// # Safety
-/// `stream` live or predefined.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_stream_post_poll_dword(
-    stream: CuStream,
-    ptr: *mut u32,
-    magic: u32,
-    cond_flag: u32,
-    flags: c_int,
-) -> c_int {
-    let v = memops::ValueDesc::Wait { ptr: ptr as usize, value: magic, cond: cond_flag, flags };
-    post_plain(stream, std::iter::once(Some(v)))
-        .unwrap_or_else(|| post_one_value("gds_stream_post_poll_dword", stream, v))
-}
+    /// `int gds_stream_post_poll_dword(CUstream, uint32_t *ptr, uint32_t magic, gds_wait_cond_flag_t, int flags)`
+    ///
+    /// # Safety
+    /// `stream` live or predefined.
+    unguarded pub unsafe fn gds_stream_post_poll_dword(
+        stream: CuStream,
+        ptr: *mut u32,
+        magic: u32,
+        cond_flag: u32,
+        flags: c_int,
+    ) -> c_int {
+        let v = memops::ValueDesc::Wait { ptr: ptr as usize, value: magic, cond: cond_flag, flags };
+        post_plain(stream, std::iter::once(Some(v)))
+            .unwrap_or_else(|| post_one_value("gds_stream_post_poll_dword", stream, v))
+    }
 
-/// `int gds_stream_post_poke_dword(CUstream, uint32_t *ptr, uint32_t value, int flags)`
-///
-/// # Safety
-/// `stream` live or predefined.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_stream_post_poke_dword(
-    stream: CuStream,
-    ptr: *mut u32,
-    value: u32,
-    flags: c_int,
-) -> c_int {
-    let v = memops::ValueDesc::Write { ptr: ptr as usize, value, flags };
-    post_plain(stream, std::iter::once(Some(v)))
-        .unwrap_or_else(|| post_one_value("gds_stream_post_poke_dword", stream, v))
+    /// `int gds_stream_post_poke_dword(CUstream, uint32_t *ptr, uint32_t value, int flags)`
+    ///
+    /// # Safety
+    /// `stream` live or predefined.
+    unguarded pub unsafe fn gds_stream_post_poke_dword(
+        stream: CuStream,
+        ptr: *mut u32,
+        value: u32,
+        flags: c_int,
+    ) -> c_int {
+        let v = memops::ValueDesc::Write { ptr: ptr as usize, value, flags };
+        post_plain(stream, std::iter::once(Some(v)))
+            .unwrap_or_else(|| post_one_value("gds_stream_post_poke_dword", stream, v))
+    }
 }
 
 /// One value descriptor's post under the guard (as `origin`), out of line so that the exports
@@ -131,7 +128,7 @@ pub unsafe extern "C" fn gds_stream_post_poke_dword(
 /// `gds_stream_post_descriptors` with one descriptor).
 #[inline(never)]
 fn post_one_value(origin: &'static str, stream: CuStream, v: memops::ValueDesc) -> c_int {
-    ffi!(origin, { post_one_value_in(stream, v) })
+    gpudirect_common::guarded!(Gds, origin, -> c_int { post_one_value_in(stream, v) })
 }
 
 fn post_one_value_in(stream: CuStream, v: memops::ValueDesc) -> Result<()> {
@@ -141,21 +138,22 @@ fn post_one_value_in(stream: CuStream, v: memops::ValueDesc) -> Result<()> {
     post(stream, vec![v.into()])
 }
 
-/// `int gds_stream_post_inline_copy(CUstream, void *ptr, void *src, size_t nbytes, int flags)`
-///
-/// # Safety
-/// `stream` live or predefined.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_stream_post_inline_copy(
-    stream: CuStream,
-    ptr: *mut c_void,
-    src: *mut c_void,
-    nbytes: usize,
-    flags: c_int,
-) -> c_int {
-    ffi!("gds_stream_post_inline_copy", {
+gpudirect_common::export! {
+    library = Gds;
+
+    /// `int gds_stream_post_inline_copy(CUstream, void *ptr, void *src, size_t nbytes, int flags)`
+    ///
+    /// # Safety
+    /// `stream` live or predefined.
+    pub unsafe fn gds_stream_post_inline_copy(
+        stream: CuStream,
+        ptr: *mut c_void,
+        src: *mut c_void,
+        nbytes: usize,
+        flags: c_int,
+    ) -> c_int {
         post(stream, vec![Desc::WriteMemory { dest: ptr as usize, src: src as usize, count: nbytes, flags }])
-    })
+    }
 }
 
 /// Reads `n` elements of a C array, NULL allowed only when `n` is 0.
@@ -195,26 +193,27 @@ unsafe fn poll_descs(
     Ok((0..n_polls).map(|i| Desc::WaitValue32 { ptr: p[i] as usize, value: m[i], cond: c[i], flags: f[i] }).collect())
 }
 
-/// `int gds_stream_post_polls_and_pokes(CUstream, size_t n_polls, uint32_t *ptrs[], uint32_t magics[],
-/// gds_wait_cond_flag_t cond_flags[], int poll_flags[], size_t n_pokes, uint32_t *poke_ptrs[],
-/// uint32_t poke_values[], int poke_flags[])`
-///
-/// # Safety
-/// Each array is NULL or has the length its count says; `stream` live or predefined.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_stream_post_polls_and_pokes(
-    stream: CuStream,
-    n_polls: usize,
-    ptrs: *mut *mut u32,
-    magics: *mut u32,
-    cond_flags: *mut u32,
-    poll_flags: *mut c_int,
-    n_pokes: usize,
-    poke_ptrs: *mut *mut u32,
-    poke_values: *mut u32,
-    poke_flags: *mut c_int,
-) -> c_int {
-    ffi!("gds_stream_post_polls_and_pokes", {
+gpudirect_common::export! {
+    library = Gds;
+
+    /// `int gds_stream_post_polls_and_pokes(CUstream, size_t n_polls, uint32_t *ptrs[], uint32_t magics[],
+    /// gds_wait_cond_flag_t cond_flags[], int poll_flags[], size_t n_pokes, uint32_t *poke_ptrs[],
+    /// uint32_t poke_values[], int poke_flags[])`
+    ///
+    /// # Safety
+    /// Each array is NULL or has the length its count says; `stream` live or predefined.
+    pub unsafe fn gds_stream_post_polls_and_pokes(
+        stream: CuStream,
+        n_polls: usize,
+        ptrs: *mut *mut u32,
+        magics: *mut u32,
+        cond_flags: *mut u32,
+        poll_flags: *mut c_int,
+        n_pokes: usize,
+        poke_ptrs: *mut *mut u32,
+        poke_values: *mut u32,
+        poke_flags: *mut c_int,
+    ) -> c_int {
         const F: &str = "gds_stream_post_polls_and_pokes";
         // SAFETY: forwarded contract.
         let mut d = unsafe { poll_descs(F, n_polls, ptrs, magics, cond_flags, poll_flags) }?;
@@ -223,30 +222,27 @@ pub unsafe extern "C" fn gds_stream_post_polls_and_pokes(
             unsafe { (arr(F, poke_ptrs, n_pokes)?, arr(F, poke_values, n_pokes)?, arr(F, poke_flags, n_pokes)?) };
         d.extend((0..n_pokes).map(|i| Desc::WriteValue32 { ptr: p[i] as usize, value: v[i], flags: f[i] }));
         post(stream, d)
-    })
-}
+    }
 
-/// `int gds_stream_post_polls_and_immediate_copies(CUstream, size_t n_polls, uint32_t *ptrs[],
-/// uint32_t magics[], gds_wait_cond_flag_t cond_flags[], int poll_flags[], size_t n_imms,
-/// void *imm_ptrs[], void *imm_datas[], size_t imm_bytes[], int imm_flags[])`
-///
-/// # Safety
-/// As `gds_stream_post_polls_and_pokes`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn gds_stream_post_polls_and_immediate_copies(
-    stream: CuStream,
-    n_polls: usize,
-    ptrs: *mut *mut u32,
-    magics: *mut u32,
-    cond_flags: *mut u32,
-    poll_flags: *mut c_int,
-    n_imms: usize,
-    imm_ptrs: *mut *mut c_void,
-    imm_datas: *mut *mut c_void,
-    imm_bytes: *mut usize,
-    imm_flags: *mut c_int,
-) -> c_int {
-    ffi!("gds_stream_post_polls_and_immediate_copies", {
+    /// `int gds_stream_post_polls_and_immediate_copies(CUstream, size_t n_polls, uint32_t *ptrs[],
+    /// uint32_t magics[], gds_wait_cond_flag_t cond_flags[], int poll_flags[], size_t n_imms,
+    /// void *imm_ptrs[], void *imm_datas[], size_t imm_bytes[], int imm_flags[])`
+    ///
+    /// # Safety
+    /// As `gds_stream_post_polls_and_pokes`.
+    pub unsafe fn gds_stream_post_polls_and_immediate_copies(
+        stream: CuStream,
+        n_polls: usize,
+        ptrs: *mut *mut u32,
+        magics: *mut u32,
+        cond_flags: *mut u32,
+        poll_flags: *mut c_int,
+        n_imms: usize,
+        imm_ptrs: *mut *mut c_void,
+        imm_datas: *mut *mut c_void,
+        imm_bytes: *mut usize,
+        imm_flags: *mut c_int,
+    ) -> c_int {
         const F: &str = "gds_stream_post_polls_and_immediate_copies";
         // SAFETY: forwarded contract.
         let mut d = unsafe { poll_descs(F, n_polls, ptrs, magics, cond_flags, poll_flags) }?;
@@ -266,5 +262,5 @@ pub unsafe extern "C" fn gds_stream_post_polls_and_immediate_copies(
             flags: f[i],
         }));
         post(stream, d)
-    })
+    }
 }

@@ -286,6 +286,10 @@ mod tests {
     /// A fake `ibv_context` (only the ops slot is used) and CQs pointing at it.
     struct FakeCtx(Box<[usize; 128]>);
 
+    /// The provider's `poll_cq` the hook chains to: counts the call, touches nothing.
+    ///
+    /// # Safety
+    /// None beyond `PollCqFn`'s signature: no pointer is dereferenced.
     unsafe extern "C" fn orig_poll(_cq: *mut c_void, n: c_int, _wc: *mut Wc) -> c_int {
         1000 + n
     }

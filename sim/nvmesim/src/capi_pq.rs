@@ -18,21 +18,20 @@ fn sim_ref<'a>(p: *mut c_void) -> Option<&'a SimController> {
     (!p.is_null()).then(|| unsafe { &*p.cast::<SimController>() })
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn nvmesim_set_stalled(p: *mut c_void, stalled: i32) {
-    if let Some(s) = sim_ref(p) {
-        s.set_stalled(stalled != 0);
+gpudirect_common::export! {
+    unguarded pub fn nvmesim_set_stalled(p: *mut c_void, stalled: i32) {
+        if let Some(s) = sim_ref(p) {
+            s.set_stalled(stalled != 0);
+        }
     }
-}
 
-#[unsafe(no_mangle)]
-pub extern "C" fn nvmesim_set_out_of_order(p: *mut c_void, ooo: i32) {
-    if let Some(s) = sim_ref(p) {
-        s.set_out_of_order(ooo != 0);
+    unguarded pub fn nvmesim_set_out_of_order(p: *mut c_void, ooo: i32) {
+        if let Some(s) = sim_ref(p) {
+            s.set_out_of_order(ooo != 0);
+        }
     }
-}
 
-#[unsafe(no_mangle)]
-pub extern "C" fn nvmesim_io_commands(p: *mut c_void) -> u64 {
-    sim_ref(p).map_or(0, |s| s.stats().io_commands.load(Ordering::SeqCst))
+    unguarded pub fn nvmesim_io_commands(p: *mut c_void) -> u64 {
+        sim_ref(p).map_or(0, |s| s.stats().io_commands.load(Ordering::SeqCst))
+    }
 }

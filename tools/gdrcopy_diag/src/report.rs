@@ -1,5 +1,7 @@
 //! Findings and their two renderings: plain words for people, JSON for scripts.
 
+#![forbid(unsafe_code)]
+
 use std::fmt::Write as _;
 
 /// How a finding bears on GPUDirect working.

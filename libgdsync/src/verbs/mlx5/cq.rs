@@ -366,6 +366,10 @@ mod tests {
     const LIB_WRID: u64 = 0x11b0_0000;
     const CQES: u32 = 8;
 
+    /// libmlx5's `poll_cq` as the hook sees it: consumes one CQE of the test's table.
+    ///
+    /// # Safety
+    /// `wc` is valid for one `Wc` write (the hook passes its own).
     unsafe extern "C" fn lib_poll(_cq: *mut c_void, n: c_int, wc: *mut Wc) -> c_int {
         assert_eq!(n, 1, "the hook lets libmlx5 consume one CQE at a time");
         LIB.with(|l| {

@@ -283,6 +283,10 @@ mod tests {
     /// Completions the fake `poll_cq` hands out (the "device").
     static FAKE_WCS: Mutex<VecDeque<Wc>> = Mutex::new(VecDeque::new());
 
+    /// The device's `poll_cq`: hands out up to `n` queued completions.
+    ///
+    /// # Safety
+    /// `out` is valid for `n` `Wc` writes, as `ibv_poll_cq` requires.
     unsafe extern "C" fn fake_poll(_cq: *mut c_void, n: c_int, out: *mut Wc) -> c_int {
         let mut q = lock(&FAKE_WCS);
         let mut k = 0;
