@@ -7,7 +7,7 @@ use crate::cuda::{self, Cuda, DMABUF_MMAP_MIN_VERSION};
 use crate::gdrapi::{GPU_PAGE, GdrApi, OpenOutcome};
 use crate::report::{Finding, Report, Status};
 use crate::sys::{self, Sys, cuda_version_string, human_bytes};
-use crate::{nvm_ioctl, regmem, storage};
+use crate::{nvm_ioctl, regmem, storage, verbs};
 
 const NODE: &str = "/dev/gdrdrv";
 
@@ -90,7 +90,7 @@ pub enum Section {
 
 pub fn run(sys: &Sys, only: Section) -> Report {
     let kver = kernel_release();
-    let reg = || regmem::findings(&regmem::RegFacts::gather(sys, &kver));
+    let reg = || regmem::findings(&regmem::RegFacts::gather(sys, &kver, &verbs::probe_all));
     let sto = || storage::findings(&storage::StorageFacts::gather(sys, &nvm_ioctl::get_version));
     match only {
         Section::Registration => return section_report(reg()),

@@ -13,6 +13,7 @@ mod regmem;
 mod report;
 mod storage;
 mod sys;
+mod verbs;
 
 const USAGE: &str = "usage: gdrcopy_diag [--json] [--only gdrcopy|registration|storage] [-h|--help] [--version]
 

@@ -8,6 +8,10 @@
 
 use crate::report::{Finding, Status};
 use crate::sys::{self, Sys};
+use crate::verbs::DmaBufProbe;
+
+/// What the verbs probes answered: per device name, or why they could not run.
+pub type ProbeAnswer = Result<Vec<(String, DmaBufProbe)>, String>;
 
 pub const MEMORY_PEERS: &str = "/sys/kernel/mm/memory_peers";
 const SYM_PEER_CORE: &str = "ib_register_peer_memory_client";
@@ -55,7 +59,21 @@ pub struct RdmaDevice {
     /// The provider: the driver behind /sys/class/infiniband/<dev>/device, or the name's prefix
     /// for software devices (rxe, siw) that have no device link.
     pub provider: String,
+    /// From the provider table.
     pub dmabuf: DmaBufSupport,
+    /// NCCL's and UCX's own probes on this device, when libibverbs could run them.
+    pub probe: Option<DmaBufProbe>,
+}
+
+impl RdmaDevice {
+    /// Whether GPU memory registers through dma-buf here: the probe's answer (NCCL's rule)
+    /// when it ran, else the kernel's importer and the provider table.
+    fn dmabuf_ok(&self, importer: bool) -> bool {
+        match self.probe {
+            Some(p) => p.nccl_supported(),
+            None => importer && self.dmabuf == DmaBufSupport::Yes,
+        }
+    }
 }
 
 /// Everything the registration report says, gathered once.
@@ -73,6 +91,8 @@ pub struct RegFacts {
     pub nv_peer_mem: Option<String>,
     pub nvidia_peermem: Option<NvidiaPeermem>,
     pub devices: Vec<RdmaDevice>,
+    /// Why the verbs probes did not run (no libibverbs), if they did not.
+    pub probe_error: Option<String>,
 }
 
 /// The provider's dma-buf support per the kernel sources (spec §12.6): mlx5 and efa since Debian
@@ -106,8 +126,18 @@ fn read_trim(sys: &Sys, p: &str) -> Option<String> {
 }
 
 impl RegFacts {
-    pub fn gather(sys: &Sys, kernel_release: &str) -> RegFacts {
+    /// `probe` runs the consumers' dma-buf probes (real: [`crate::verbs::probe_all`]).
+    pub fn gather(sys: &Sys, kernel_release: &str, probe: &dyn Fn() -> ProbeAnswer) -> RegFacts {
         let kernel = kernel_major_minor(kernel_release);
+        let names = sys.list("/sys/class/infiniband");
+        let (probes, probe_error) = if names.is_empty() {
+            (Vec::new(), None)
+        } else {
+            match probe() {
+                Ok(v) => (v, None),
+                Err(e) => (Vec::new(), Some(e)),
+            }
+        };
         let kallsyms = sys.read("/proc/kallsyms");
         let owner = |sym| kallsyms.as_deref().and_then(|t| sys::kallsyms_owner(t, sym));
         let memory_peers = sys
@@ -137,8 +167,7 @@ impl RegFacts {
                 peerdirect_support: p("peerdirect_support"),
             }
         });
-        let devices = sys
-            .list("/sys/class/infiniband")
+        let devices = names
             .into_iter()
             .map(|name| {
                 let provider = sys
@@ -148,7 +177,8 @@ impl RegFacts {
                     DmaBufSupport::Unknown => provider_dmabuf(&name, kernel),
                     known => known,
                 };
-                RdmaDevice { name, provider, dmabuf }
+                let probe = probes.iter().find(|(n, _)| *n == name).map(|(_, p)| *p);
+                RdmaDevice { name, provider, dmabuf, probe }
             })
             .collect();
         RegFacts {
@@ -160,6 +190,7 @@ impl RegFacts {
             nv_peer_mem,
             nvidia_peermem,
             devices,
+            probe_error,
         }
     }
 
@@ -323,7 +354,7 @@ pub fn findings(f: &RegFacts) -> Vec<Finding> {
     // --- per device: how GPU memory registers with it ---
     let peer_ok = f.peer_core.is_some() && !clients.is_empty() && !both;
     for d in &f.devices {
-        let dmabuf_ok = f.dmabuf_importer.is_some() && d.dmabuf == DmaBufSupport::Yes;
+        let dmabuf_ok = d.dmabuf_ok(f.dmabuf_importer.is_some());
         let mut how = Vec::new();
         if peer_ok {
             how.push("peer memory (ibv_reg_mr)");
@@ -331,14 +362,17 @@ pub fn findings(f: &RegFacts) -> Vec<Finding> {
         if dmabuf_ok {
             how.push("dma-buf (ibv_reg_dmabuf_mr)");
         }
-        let dmabuf_words = match d.dmabuf {
-            DmaBufSupport::Yes => "imports dma-bufs",
-            DmaBufSupport::No => "cannot import dma-bufs (EOPNOTSUPP)",
-            DmaBufSupport::Unknown => "dma-buf import not known for this provider",
+        let dmabuf_words = match (d.probe, d.dmabuf) {
+            (Some(p), _) => {
+                format!("answers ibv_reg_dmabuf_mr with {}", std::io::Error::from_raw_os_error(p.nccl_errno))
+            }
+            (None, DmaBufSupport::Yes) => "imports dma-bufs".into(),
+            (None, DmaBufSupport::No) => "cannot import dma-bufs (EOPNOTSUPP)".into(),
+            (None, DmaBufSupport::Unknown) => "dma-buf import not known for this provider".into(),
         };
         let (status, summary) = if how.is_empty() {
             (
-                if d.dmabuf == DmaBufSupport::Unknown { Status::Warn } else { Status::Fail },
+                if d.probe.is_none() && d.dmabuf == DmaBufSupport::Unknown { Status::Warn } else { Status::Fail },
                 format!(
                     "{} ({}): GPU memory cannot be registered: no peer-memory client, and the provider {dmabuf_words}",
                     d.name, d.provider
@@ -351,6 +385,8 @@ pub fn findings(f: &RegFacts) -> Vec<Finding> {
             .fact("device", d.name.clone())
             .fact("provider", d.provider.clone())
             .fact("provider_dmabuf", d.dmabuf.word())
+            .fact("nccl_dmabuf_errno", d.probe.map(|p| i64::from(p.nccl_errno)))
+            .fact("ucx_dmabuf_errno", d.probe.map(|p| i64::from(p.ucx_errno)))
             .fact("peer_memory", peer_ok)
             .fact("dma_buf", dmabuf_ok);
         if how.is_empty() {
@@ -375,15 +411,30 @@ pub fn findings(f: &RegFacts) -> Vec<Finding> {
     let ucx = f.probe(UCX_PEER);
     let nvshmem = f.probe(NVSHMEM_PEER);
     let libfabric = f.peer_core.is_some();
-    let any_dmabuf = f.dmabuf_importer.is_some() && f.devices.iter().any(|d| d.dmabuf == DmaBufSupport::Yes);
+    let importer = f.dmabuf_importer.is_some();
+    let any_dmabuf = f.devices.iter().any(|d| d.dmabuf_ok(importer));
+    let probed = |ok: fn(DmaBufProbe) -> bool| {
+        f.devices.iter().filter(|d| d.probe.is_some_and(ok)).map(|d| d.name.as_str()).collect::<Vec<_>>().join(",")
+    };
+    let (nccl_dmabuf, ucx_dmabuf) = (probed(DmaBufProbe::nccl_supported), probed(DmaBufProbe::ucx_supported));
+    let any_probe = f.devices.iter().any(|d| d.probe.is_some());
     let word = |p: Option<&str>| p.map_or("no".to_owned(), |p| format!("yes ({p})"));
+    let list = |s: &str| if s.is_empty() { "none".to_owned() } else { s.to_owned() };
+    let dmabuf_words = if any_probe {
+        format!("dma-buf devices by NCCL's probe: {}; by UCX's: {}", list(&nccl_dmabuf), list(&ucx_dmabuf))
+    } else {
+        format!(
+            "dma-buf usable by a device here: {} (from the provider table{})",
+            if any_dmabuf { "yes" } else { "no" },
+            f.probe_error.as_deref().map(|e| format!("; probes not run: {e}")).unwrap_or_default()
+        )
+    };
     let summary = format!(
-        "peer memory detected by NCCL: {}; UCX: {}; NVSHMEM: {}; libfabric: {}. dma-buf usable by a device here: {}",
+        "peer memory detected by NCCL: {}; UCX: {}; NVSHMEM: {}; libfabric: {}. {dmabuf_words}",
         word(nccl),
         word(ucx),
         word(nvshmem),
         if libfabric { "yes (kallsyms)" } else { "no" },
-        if any_dmabuf { "yes" } else { "no" }
     );
     let mut c = Finding::new("consumer-probes", Status::Info, summary)
         .fact("nccl_peer_mem", nccl)
@@ -391,7 +442,10 @@ pub fn findings(f: &RegFacts) -> Vec<Finding> {
         .fact("nvshmem_peer_mem", nvshmem)
         .fact("libfabric_peer_mem", libfabric)
         .fact("libfabric_dmabuf", f.dmabuf_importer.is_some())
-        .fact("dmabuf_device", any_dmabuf);
+        .fact("dmabuf_device", any_dmabuf)
+        .fact("nccl_dmabuf_devices", any_probe.then_some(nccl_dmabuf.clone()))
+        .fact("ucx_dmabuf_devices", any_probe.then_some(ucx_dmabuf.clone()))
+        .fact("probe_error", f.probe_error.clone());
     if f.nv_peer_mem.is_some() && f.memory_peers.is_empty() && nccl.is_none() {
         c = c.fix("nv_peer_mem is loaded on a core without the memory_peers tree (OFED ≥ 24.04): NCCL and NVSHMEM do not see it; use nvidia-peermem or dma-buf");
     }
@@ -423,7 +477,7 @@ mod tests {
     }
 
     fn report(t: &Tree, kver: &str) -> (RegFacts, Vec<Finding>, String, String) {
-        let f = RegFacts::gather(&Sys::with_root(t.root()), kver);
+        let f = RegFacts::gather(&Sys::with_root(t.root()), kver, &|| Err("no libibverbs in the fixture".into()));
         let v = findings(&f);
         let r = Report { findings: v.clone(), working_path: None, verdict: String::new() };
         (f, v, r.human(), r.json())
@@ -518,6 +572,35 @@ mod tests {
         let c = find(&v, "consumer-probes", "NCCL: no; UCX: yes (/sys/module/nv_peer_mem/version); NVSHMEM: no");
         assert!(c.fix.as_deref().is_some_and(|f| f.contains("OFED ≥ 24.04")), "{c:?}");
         assert!(find(&v, "peer-memory", "ib_core").summary.contains("if the driver has persistent pins"));
+    }
+
+    /// The consumers' own probes, where libibverbs runs them, decide over the provider table.
+    #[test]
+    fn verbs_probes_decide_the_dmabuf_route() {
+        let t = Tree::new("reg-probes");
+        t.file("proc/kallsyms", KALLSYMS_DEBIAN);
+        devices(&t);
+        let answers = || {
+            Ok(vec![
+                ("mlx5_0".to_owned(), DmaBufProbe { nccl_errno: libc::EBADF, ucx_errno: libc::EBADF }),
+                ("rxe0".to_owned(), DmaBufProbe { nccl_errno: libc::EOPNOTSUPP, ucx_errno: libc::EOPNOTSUPP }),
+            ])
+        };
+        let f = RegFacts::gather(&Sys::with_root(t.root()), "6.1.0-56-amd64", &answers);
+        let v = findings(&f);
+        let mlx = find(&v, "rdma-gpu-mr", "mlx5_0");
+        assert_eq!(mlx.status, Status::Ok, "{mlx:?}");
+        assert_eq!(fact(mlx, "nccl_dmabuf_errno"), &Value::Int(i64::from(libc::EBADF)));
+        let rxe = find(&v, "rdma-gpu-mr", "rxe0");
+        assert_eq!(rxe.status, Status::Fail);
+        assert!(rxe.summary.contains("answers ibv_reg_dmabuf_mr with Operation not supported"), "{}", rxe.summary);
+        let c = find(&v, "consumer-probes", "dma-buf devices by NCCL's probe: mlx5_0; by UCX's: mlx5_0");
+        assert_eq!(fact(c, "nccl_dmabuf_devices"), &Value::Str("mlx5_0".into()));
+        assert_eq!(fact(c, "probe_error"), &Value::Null);
+        // Without libibverbs the table speaks, and the report says the probes did not run.
+        let (_, v, _, _) = report(&t, "6.1.0-56-amd64");
+        let c = find(&v, "consumer-probes", "from the provider table; probes not run: no libibverbs");
+        assert_eq!(fact(c, "nccl_dmabuf_devices"), &Value::Null);
     }
 
     #[test]
