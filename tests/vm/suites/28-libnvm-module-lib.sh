@@ -90,6 +90,14 @@ pins=$(awk -F: '$1 == "active_pins" { print $2 + 0 }' /sys/kernel/debug/gpusim/s
 [ "$pins" = 0 ] || die "gpusim still holds $pins pins"
 echo "ok - gpusim stats: active_pins 0"
 
+# gdrcopy_diag's storage report: this controller, our module's ABI and GPU memory, gpusim's p2p.
+diag=$("$REPO/target/release/gdrcopy_diag" --only storage --json) || die "gdrcopy_diag exit $?: $diag"
+for want in '"check":"storage","status":"ok"' "\"bdf\":\"$NVME_BDF\",\"driver\":\"$HELPER\",\"node\":\"$node\"" \
+	'"abi_major":1,"abi_minor":0,"features":7,"gpu_memory":true' '"p2p_exporter":"gpusim"' '"bar0_bytes":'; do
+	grep -qF "$want" <<<"$diag" || die "gdrcopy_diag --only storage lacks $want: $diag"
+done
+echo "ok - gdrcopy_diag: storage can work ($NVME_BDF on $node, ABI 1.0, features 0x7)"
+
 # Unbind from the helper; the restore trap rebinds nvme and checks the namespace.
 echo "$NVME_BDF" > "$dev/driver/unbind" || die "unbind from $HELPER"
 log=$(kmsg_since libnvm-module-lib)

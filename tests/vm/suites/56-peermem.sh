@@ -107,6 +107,18 @@ else
 	echo "SKIP - nvidia_peermem stand-in not built"
 fi
 
+# gdrcopy_diag's registration report sees the client as the consumers' probes do.
+insmod "$NVPM_KO" || fail "insmod nv_peer_mem for gdrcopy_diag"
+diag=$("$REPO/target/release/gdrcopy_diag" --only registration --json) || fail "gdrcopy_diag exit $?: $diag"
+for want in '"check":"peer-memory","status":"ok"' '"core":"peermem_host"' '"libfabric_peer_mem":true' \
+	'"memory_peers_versions":"nv_mem=1.3-0,nv_mem_nc=1.3-0"' '"nv_peer_mem_version":"1.3-0"' \
+	'"nccl_peer_mem":"/sys/kernel/mm/memory_peers/nv_mem/version"' \
+	'nv_mem (nv_peer_mem), invalidating; nv_mem_nc (nv_peer_mem), persistent'; do
+	grep -qF "$want" <<<"$diag" || fail "gdrcopy_diag --only registration lacks $want: $diag"
+done
+rmmod nv_peer_mem || fail "rmmod nv_peer_mem after gdrcopy_diag"
+echo "ok - gdrcopy_diag reports nv_mem + nv_mem_nc on peermem_host, NCCL/UCX/NVSHMEM/libfabric detect it"
+
 rmmod peermem_host || fail "rmmod peermem_host"
 trap - EXIT
 echo "ok - all modules unloaded"

@@ -7,6 +7,7 @@ use crate::cuda::{self, Cuda, DMABUF_MMAP_MIN_VERSION};
 use crate::gdrapi::{GPU_PAGE, GdrApi, OpenOutcome};
 use crate::report::{Finding, Report, Status};
 use crate::sys::{self, Sys, cuda_version_string, human_bytes};
+use crate::{nvm_ioctl, regmem, storage, verbs};
 
 const NODE: &str = "/dev/gdrdrv";
 
@@ -78,9 +79,44 @@ fn installed_module(sys: &Sys, kver: &str) -> Option<String> {
     })
 }
 
-pub fn run(sys: &Sys) -> Report {
-    let mut b = Builder { findings: Vec::new() };
+/// Which part of the report to produce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Section {
+    All,
+    Gdrcopy,
+    Registration,
+    Storage,
+}
+
+pub fn run(sys: &Sys, only: Section) -> Report {
     let kver = kernel_release();
+    let reg = || regmem::findings(&regmem::RegFacts::gather(sys, &kver, &verbs::probe_all));
+    let sto = || storage::findings(&storage::StorageFacts::gather(sys, &nvm_ioctl::get_version));
+    match only {
+        Section::Registration => return section_report(reg()),
+        Section::Storage => return section_report(sto()),
+        Section::All | Section::Gdrcopy => {}
+    }
+    let mut r = run_gdrcopy(sys, &kver);
+    if only == Section::All {
+        r.findings.extend(reg());
+        r.findings.extend(sto());
+    }
+    r
+}
+
+/// A report of one section: no gdrcopy round trip, the verdict is the first failure or "ok".
+fn section_report(findings: Vec<Finding>) -> Report {
+    let verdict = match findings.iter().find(|f| f.status == Status::Fail) {
+        Some(f) => format!("{}: {}", f.check, f.summary),
+        None => findings.first().map_or_else(|| "nothing to report".to_owned(), |f| f.summary.clone()),
+    };
+    Report { findings, working_path: None, verdict }
+}
+
+fn run_gdrcopy(sys: &Sys, kver: &str) -> Report {
+    let mut b = Builder { findings: Vec::new() };
+    let kver = kver.to_owned();
     let m = module(sys);
     let cuda = cuda_checks(&mut b);
     module_checks(&mut b, sys, &m, &kver);

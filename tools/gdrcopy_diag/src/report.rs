@@ -90,6 +90,11 @@ impl Finding {
     }
 }
 
+/// Text headings printed before the first finding of each later section (the check that opens
+/// it): the registration and storage reports follow the gdrcopy checks.
+const HEADINGS: &[(&str, &str)] =
+    &[("peer-memory", "GPU memory registration with RDMA devices:"), ("storage", "GPU-initiated storage (libnvm):")];
+
 /// The whole report: findings in check order and the verdict.
 #[derive(Debug)]
 pub struct Report {
@@ -104,6 +109,9 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(s, "gdrcopy_diag {}: can GPUDirect work on this machine?\n", env!("CARGO_PKG_VERSION"));
         for f in &self.findings {
+            if let Some((_, h)) = HEADINGS.iter().find(|(c, _)| *c == f.check) {
+                let _ = writeln!(s, "\n{h}");
+            }
             let tag = match f.status {
                 Status::Ok => " OK ",
                 Status::Warn => "WARN",

@@ -27,6 +27,12 @@ impl Sys {
         Sys { root }
     }
 
+    /// A view of the tree under `root` (tests: fixture sysfs trees).
+    #[cfg(test)]
+    pub fn with_root(root: &Path) -> Sys {
+        Sys { root: root.to_path_buf() }
+    }
+
     pub fn path(&self, p: &str) -> PathBuf {
         self.root.join(p.trim_start_matches('/'))
     }
@@ -151,6 +157,53 @@ pub fn human_bytes(b: u64) -> String {
         u += 1;
     }
     if v.fract() == 0.0 { format!("{v:.0} {}", UNITS[u]) } else { format!("{v:.1} {}", UNITS[u]) }
+}
+
+/// Fake /sys and /proc trees for unit tests, removed when dropped.
+#[cfg(test)]
+pub mod fixture {
+    use std::path::{Path, PathBuf};
+
+    pub struct Tree(PathBuf);
+
+    impl Tree {
+        pub fn new(tag: &str) -> Tree {
+            let d = std::env::temp_dir().join(format!("gdrcopy-diag-fixture-{}-{tag}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).expect("fixture root");
+            Tree(d)
+        }
+        pub fn root(&self) -> &Path {
+            &self.0
+        }
+        fn at(&self, rel: &str) -> PathBuf {
+            self.0.join(rel.trim_start_matches('/'))
+        }
+        /// A file with `text`, its directories made.
+        pub fn file(&self, rel: &str, text: &str) -> &Tree {
+            let p = self.at(rel);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(p, text).expect("write");
+            self
+        }
+        pub fn dir(&self, rel: &str) -> &Tree {
+            std::fs::create_dir_all(self.at(rel)).expect("mkdir");
+            self
+        }
+        /// A symlink at `rel` pointing to `target` (only its last component matters to Sys).
+        pub fn link(&self, rel: &str, target: &str) -> &Tree {
+            let p = self.at(rel);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::os::unix::fs::symlink(target, p).expect("symlink");
+            self
+        }
+    }
+
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 #[cfg(test)]

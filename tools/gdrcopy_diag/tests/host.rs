@@ -86,7 +86,9 @@ fn dmabuf_path_over_cudasim_works_and_exits_zero() {
     assert!(out.contains("[ OK ] backend          gdr_open picks the dma-buf backend"), "{out}");
     assert!(out.contains("[ OK ] round-trip       pinned, mapped and copied 4096 bytes"), "{out}");
     // gdrdrv is missing here, but the working dma-buf path turns its failures into warnings.
-    assert!(!out.contains("[FAIL]"), "{out}");
+    // Nothing blocks gdrcopy; the storage section after it may fail (no NVMe, no libnvm).
+    let gdrcopy_part = out.split("GPU memory registration with RDMA devices:").next().unwrap_or(&out);
+    assert!(!gdrcopy_part.contains("[FAIL]"), "{out}");
     let (rc, json) = run(&["--json"], &env);
     assert_eq!(rc, 0);
     assert!(json.contains("\"gpudirect_works\":true,\"working_path\":\"dma-buf\""), "{json}");
