@@ -2,10 +2,12 @@
 # SPDX-License-Identifier: MIT
 #
 # Sourced by the storage suites that drive QEMU's NVMe controller from user space without a
-# module (26-libnvm, 27-libnvm-pq): nvme_userspace_take unbinds the controller ($NVME_BDF) from
-# nvme, keeps every driver off it with driver_override, enables memory decoding and bus
-# mastering, and arms an EXIT trap that rebinds nvme (also on failure) and fails the suite
-# unless nvme comes back with its namespace. The caller defines die() and checks NVME_BDF.
+# module (26-libnvm, 27-libnvm-pq, 24-vfio-libnvm): nvme_userspace_take unbinds the controller
+# ($NVME_BDF) from nvme, keeps every driver off it with driver_override, enables memory decoding
+# and bus mastering, and arms an EXIT trap that rebinds nvme (also on failure) and fails the
+# suite unless nvme comes back with its namespace. nvme_userspace_take DRIVER binds DRIVER
+# (vfio-pci) instead and leaves the command register to it. The caller defines die() and checks
+# NVME_BDF.
 
 nvme_dev=/sys/bus/pci/devices/$NVME_BDF
 nvme_driver() { basename "$(readlink "$nvme_dev/driver" 2>/dev/null)" 2>/dev/null; }
@@ -30,14 +32,20 @@ nvme_userspace_restore() {
 }
 
 nvme_userspace_take() {
+	local drv=${1:-}
 	trap nvme_userspace_restore EXIT
 	echo "# controller $NVME_BDF, driver $(nvme_driver)"
-	# Nobody may take the device while we drive it from user space.
-	echo libnvm-none > "$nvme_dev/driver_override" || die "cannot set driver_override"
+	# Nobody (but DRIVER) may take the device while we drive it from user space.
+	echo "${drv:-libnvm-none}" > "$nvme_dev/driver_override" || die "cannot set driver_override"
 	if [ -n "$(nvme_driver)" ]; then
 		echo "$NVME_BDF" > "$nvme_dev/driver/unbind" || die "cannot unbind $(nvme_driver)"
 	fi
 	[ -z "$(nvme_driver)" ] || die "still bound to $(nvme_driver)"
+	if [ -n "$drv" ]; then
+		echo "$NVME_BDF" > "/sys/bus/pci/drivers/$drv/bind" || die "cannot bind $drv"
+		[ "$(nvme_driver)" = "$drv" ] || die "bound to '$(nvme_driver)', not $drv"
+		return 0
+	fi
 	echo 1 > "$nvme_dev/enable" 2>/dev/null || true
 	# Memory space and bus mastering (PCI command register bits 1 and 2) for BAR0 and DMA.
 	local cmd

@@ -22,6 +22,7 @@
 #include <nvm_queue.h>
 #include <nvm_util.h>
 #include <nvm_error.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -132,6 +133,195 @@ static void* host_pages(size_t pages)
     }
     memset(p, 0, pages * ps);
     return p;
+}
+
+/* --------------------------------------------------------------------------------------------
+ * GPU memory from cudasim's cuMemAlloc (libcuda.so.1 on the loader path; its device memory is
+ * gpusim's BAR), as a CUDA program gets it: queues, PRP lists and data in GPU memory. cudasim
+ * maps each allocation at its device address, so the host polls the CQ there, standing in for
+ * the GPU thread (or gdrcopy mapping) that would on real hardware.
+ */
+struct cuda_api {
+    int (*init)(unsigned);
+    int (*device_get)(int*, int);
+    int (*ctx_create)(void**, unsigned, int);
+    int (*ctx_destroy)(void*);
+    int (*mem_alloc)(unsigned long long*, size_t);
+    int (*mem_free)(unsigned long long);
+    int (*memset_d8)(unsigned long long, unsigned char, size_t);
+    int (*dtoh)(void*, unsigned long long, size_t);
+};
+
+static int cuda_load(struct cuda_api* cu)
+{
+    void* h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (h == NULL) {
+        printf("# dlopen libcuda.so.1: %s\n", dlerror());
+        return 0;
+    }
+    *(void**) &cu->init = dlsym(h, "cuInit");
+    *(void**) &cu->device_get = dlsym(h, "cuDeviceGet");
+    *(void**) &cu->ctx_create = dlsym(h, "cuCtxCreate_v2");
+    *(void**) &cu->ctx_destroy = dlsym(h, "cuCtxDestroy_v2");
+    *(void**) &cu->mem_alloc = dlsym(h, "cuMemAlloc_v2");
+    *(void**) &cu->mem_free = dlsym(h, "cuMemFree_v2");
+    *(void**) &cu->memset_d8 = dlsym(h, "cuMemsetD8_v2");
+    *(void**) &cu->dtoh = dlsym(h, "cuMemcpyDtoH_v2");
+    return cu->init && cu->device_get && cu->ctx_create && cu->ctx_destroy && cu->mem_alloc && cu->mem_free &&
+           cu->memset_d8 && cu->dtoh;
+}
+
+/* One read on (sq, cq) with the slot's PRP list page in window lw at page l0 + slot. */
+static int qp_read(nvm_queue_t* q_sq, nvm_queue_t* q_cq, const nvm_dma_t* lw, size_t l0, uint64_t lba, uint16_t nblks,
+                   const uint64_t* io, size_t n, uint16_t* cid_out, int wait)
+{
+    nvm_cmd_t* cmd = nvm_sq_enqueue(q_sq);
+    nvm_cpl_t* cpl;
+    int st;
+    if (cmd == NULL) {
+        return EAGAIN;
+    }
+    size_t slot = (size_t) (cmd - (nvm_cmd_t*) q_sq->vaddr);
+    nvm_cmd_header(cmd, NVM_DEFAULT_CID(q_sq), NVM_IO_READ, 1);
+    nvm_cmd_data(cmd, ps, n, NVM_DMA_OFFSET(lw, l0 + slot), lw->ioaddrs[l0 + slot], (uint64_t*) io);
+    nvm_cmd_rw_blks(cmd, lba, nblks);
+    if (cid_out) {
+        *cid_out = *NVM_CMD_CID(cmd);
+    }
+    if (!wait) {
+        return 0;
+    }
+    nvm_sq_submit(q_sq);
+    cpl = nvm_cq_dequeue_block(q_cq, 10000);
+    if (cpl == NULL) {
+        return ETIME;
+    }
+    st = NVM_ERR_STATUS(cpl);
+    nvm_sq_update(q_sq);
+    nvm_cq_update(q_cq);
+    return st;
+}
+
+static void gpu_queue_tests(nvm_aq_ref aq, const nvm_ctrl_t* ctrl, const struct gpusim_info* gi, const nvm_dma_t* host,
+                            void* host_va, long long pins0)
+{
+    struct cuda_api cu;
+    void* ctx = NULL;
+    int dev = 0, rc;
+    unsigned long long dptr = 0;
+    const size_t gsz = 2 << 20;
+    nvm_dma_t* gw = NULL;
+    nvm_queue_t gcq, gsq;
+    enum { CQPG = 0, SQPG = 1, LIST0 = 2, DATA0 = 128, WRAP0 = 256 };
+    size_t mdts = 512 * 1024 / ps, k;
+    uint8_t* copy;
+
+    if (!cuda_load(&cu)) {
+        OK(0, "cudasim's libcuda.so.1 loads with the driver API this test uses");
+        return;
+    }
+    rc = cu.init(0);
+    if (rc == 0) {
+        rc = cu.device_get(&dev, 0);
+    }
+    if (rc == 0) {
+        rc = cu.ctx_create(&ctx, 0, dev);
+    }
+    if (rc == 0) {
+        rc = cu.mem_alloc(&dptr, gsz);
+    }
+    OK(rc == 0 && dptr % GPG == 0, "cuMemAlloc %zu KiB (cudasim): CUresult %d, dptr 0x%llx (64 KiB aligned)", gsz >> 10,
+       rc, dptr);
+    if (rc != 0 || dptr % GPG != 0) {
+        return;
+    }
+    rc = cu.memset_d8(dptr, 0, gsz);
+    rc = rc ? rc : nvm_dma_map_device(&gw, ctrl, (void*) (uintptr_t) dptr, gsz);
+    OK(rc == 0 && gw->n_ioaddrs == gsz / ps && gw->ioaddrs[0] >= gi->bar_phys &&
+       gw->ioaddrs[gsz / ps - 1] < gi->bar_phys + gi->bar_size && GSTAT("active_pins") == pins0 + 1,
+       "nvm_dma_map_device of the cuMemAlloc memory: %zu controller pages inside the gpusim BAR, one pin: %s",
+       gw ? gw->n_ioaddrs : 0, nvm_strerror(rc));
+    if (rc != 0) {
+        cu.mem_free(dptr);
+        return;
+    }
+    volatile uint8_t* g = (volatile uint8_t*) (uintptr_t) dptr;
+    rc = nvm_admin_cq_create(aq, &gcq, 2, (void*) (g + CQPG * ps), gw->ioaddrs[CQPG]);
+    OK(rc == 0, "CQ 2 in GPU memory: %s", nvm_strerror(rc));
+    rc = rc ? rc : nvm_admin_sq_create(aq, &gsq, &gcq, 2, (void*) (g + SQPG * ps), gw->ioaddrs[SQPG]);
+    OK(rc == 0 && gsq.max_entries == 64, "SQ 2 in GPU memory (%u entries): %s", gsq.max_entries, nvm_strerror(rc));
+    copy = (uint8_t*) malloc(mdts * ps);
+    if (rc == 0 && copy != NULL) {
+        /* PRP1, PRP1+PRP2, MDTS through a PRP list in GPU memory: data in GPU memory */
+        rc = qp_read(&gsq, &gcq, gw, LIST0, 33, 8, gw->ioaddrs + DATA0, 1, NULL, 1);
+        OK(rc == 0 && cu.dtoh(copy, dptr + DATA0 * ps, ps) == 0 && check(copy, ps, 33 * 512),
+           "GPU queues: read 4 KiB into GPU memory (PRP1), checked with cuMemcpyDtoH: %s", nvm_strerror(rc));
+        rc = qp_read(&gsq, &gcq, gw, LIST0, 3000, 16, gw->ioaddrs + DATA0 + 1, 2, NULL, 1);
+        OK(rc == 0 && cu.dtoh(copy, dptr + (DATA0 + 1) * ps, 2 * ps) == 0 && check(copy, 2 * ps, 3000 * 512),
+           "GPU queues: read 8 KiB into GPU memory (PRP1+PRP2): %s", nvm_strerror(rc));
+        rc = qp_read(&gsq, &gcq, gw, LIST0, 20000, (uint16_t) (mdts * ps / 512), gw->ioaddrs + DATA0, mdts, NULL, 1);
+        OK(rc == 0 && cu.dtoh(copy, dptr + DATA0 * ps, mdts * ps) == 0 && check(copy, mdts * ps, 20000ULL * 512),
+           "GPU queues: read MDTS (%zu KiB) into GPU memory, PRP list in GPU memory: %s", mdts * ps >> 10,
+           nvm_strerror(rc));
+        /* data in host memory, PRP list in GPU memory */
+        memset(host_va, 0, host->n_ioaddrs * ps);
+        rc = qp_read(&gsq, &gcq, gw, LIST0, 7777, (uint16_t) (host->n_ioaddrs * ps / 512), host->ioaddrs,
+                     host->n_ioaddrs, NULL, 1);
+        OK(rc == 0 && check(host_va, host->n_ioaddrs * ps, 7777ULL * 512),
+           "GPU queues: read %zu pages into host memory through a PRP list in GPU memory: %s", host->n_ioaddrs,
+           nvm_strerror(rc));
+        /* wrap: 640 reads at depth 16 (SQ 10 times, CQ 2.5 times), data in GPU memory */
+        uint64_t lba_of[128];
+        size_t page_of[128], freep[16];
+        int nfree = 16, sent = 0, done = 0, bad = 0;
+        const int total = 640;
+        for (k = 0; k < 16; ++k) {
+            freep[k] = k;
+        }
+        while (done < total && !bad) {
+            while (sent < total && nfree > 0) {
+                /* below every region the storage suites write (27-libnvm-pq: from LBA 40960) */
+                uint64_t lba = ((uint64_t) sent * 7907 * 8) % 39992;
+                size_t page = freep[nfree - 1];
+                uint16_t cid;
+                if (qp_read(&gsq, &gcq, gw, LIST0, lba, 8, gw->ioaddrs + WRAP0 + page, 1, &cid, 0) != 0) {
+                    break;
+                }
+                --nfree;
+                lba_of[cid % 128] = lba;
+                page_of[cid % 128] = page;
+                ++sent;
+            }
+            nvm_sq_submit(&gsq);
+            nvm_cpl_t* cpl = nvm_cq_dequeue_block(&gcq, 10000);
+            if (cpl == NULL) {
+                bad = 1;
+                break;
+            }
+            uint16_t cid = *NVM_CPL_CID(cpl);
+            bad = NVM_ERR_OK(cpl) ? 0 : 2;
+            nvm_sq_update(&gsq);
+            nvm_cq_update(&gcq);
+            if (!bad && !check(g + (WRAP0 + page_of[cid % 128]) * ps, ps, lba_of[cid % 128] * 512)) {
+                bad = 3;
+            }
+            freep[nfree++] = page_of[cid % 128];
+            ++done;
+        }
+        OK(!bad && done == total, "GPU queues: %d reads at depth 16 into GPU memory (SQ wrapped %d times): %s", done,
+           done / 64, bad == 1 ? "timeout" : bad == 2 ? "error status" : bad == 3 ? "wrong data" : "data verified");
+        rc = nvm_admin_sq_delete(aq, &gsq, &gcq);
+        OK(rc == 0, "delete SQ 2: %s", nvm_strerror(rc));
+        rc = nvm_admin_cq_delete(aq, &gcq);
+        OK(rc == 0, "delete CQ 2: %s", nvm_strerror(rc));
+    }
+    free(copy);
+    nvm_dma_unmap(gw);
+    OK(GSTAT("active_pins") == pins0, "GPU window of the cuMemAlloc memory unmapped: gpusim pins %lld",
+       GSTAT("active_pins"));
+    rc = cu.mem_free(dptr);
+    OK(rc == 0, "cuMemFree: %d", rc);
+    cu.ctx_destroy(ctx);
 }
 
 int main(int argc, char** argv)
@@ -249,6 +439,8 @@ int main(int argc, char** argv)
     rc = read_into(128, (uint16_t) (2 * ps / 512), gwin->ioaddrs + 3 * GPG / ps, 2);
     OK(rc == 0 && check(gmem + 3 * GPG, 2 * ps, 128 * 512), "read 2 pages at LBA 128 into GPU page 3: %s",
        nvm_strerror(rc));
+
+    gpu_queue_tests(aq, ctrl, &gi, data, dva, GSTAT("active_pins"));
 
     /* --- teardown --------------------------------------------------------------------------- */
     rc = nvm_admin_sq_delete(aq, &sq, &cq);

@@ -6,7 +6,9 @@
 # driver_override, vm_libnvm_module (tests/vm/libnvm-lib/vm_libnvm_module.c, built by
 # libnvm/vm-build.sh) opens /dev/libnvmN and drives nvm_ctrl_init, nvm_aq_create on
 # nvm_dma_map_host memory, identify, an I/O queue pair and reads into host memory and into gpusim
-# memory mapped with nvm_dma_map_device, and checks that all pins are given back. Reads only.
+# memory mapped with nvm_dma_map_device, then a second queue pair whose CQ, SQ, PRP lists and
+# data live in GPU memory from cudasim's cuMemAlloc (libcuda.so.1 in $STAGE_LIB), and checks
+# that all pins are given back. Reads only.
 # Here: the library's version check logged ABI 1.0 at debug level, gpusim holds no pin at the
 # end, the controller goes back to nvme with its namespace, the module unloads if we loaded it,
 # and the kernel log has no warning.
