@@ -358,6 +358,20 @@ struct line {
     double rate, p50, p99;
 };
 
+/* The controller threads' own cost in the run just finished: nanoseconds of busy passes per
+ * command and the busiest queue's share of the run (near 100%: the controller is the ceiling). */
+static void ctl_report(int nq, double secs)
+{
+    uint64_t busy = 0, cmds = 0, top = 0;
+    for (int i = 0; i < nq; i++) {
+        busy += emu->q[i].busy_ns;
+        cmds += emu->q[i].fetched;
+        top = emu->q[i].busy_ns > top ? emu->q[i].busy_ns : top;
+    }
+    printf("      controller: %.0f ns busy per command, busiest queue's thread busy %.0f%% of the run\n",
+           cmds ? (double) busy / cmds : 0.0, 100.0 * top / 1e9 / secs);
+}
+
 static line stats(std::vector<uint32_t>& lat, double secs, uint64_t cmds)
 {
     line l;
@@ -410,6 +424,7 @@ static line bench_pq(const char* name, int nq, uint32_t depth, int ctl_threads, 
                (unsigned long long) s.stray, (long long) (s.ticket - s.released));
     }
     printf("      %.2f commands per SQ doorbell, %.2f per CQ doorbell\n", (double) n / doorbells, (double) n / cqd);
+    ctl_report(nq, ms / 1000.0);
     CK(cudaFree(d_lat));
     CK(cudaFree(d_bad));
     return l;
@@ -466,6 +481,7 @@ static line bench_libnvm(const char* name, int nq, uint32_t depth, int ctl_threa
     printf("BENCH libnvm  %-40s %8.3f Mcmd/s  p50 %8.2f us  p99 %8.2f us  (%zu cmds, %.3f s)\n", name, l.rate / 1e6, l.p50,
            l.p99, n, ms / 1000.0);
     EXPECT(bad == 0, "%s: %llu commands failed", name, bad);
+    ctl_report(nq, ms / 1000.0);
     CK(cudaFree(d_sq));
     CK(cudaFree(d_cq));
     CK(cudaFree(d_lat));
