@@ -332,10 +332,13 @@ __device__ static inline void _nvm_pq_pause(uint32_t round, int held)
 /* Waiting for admission `distance` tickets away: sleep about 250 ns per ticket ahead (a queue
  * completes a command every microsecond or so), at most 500 us, so that tens of thousands of
  * waiters poll the released counter rarely and the next ones in line often. */
+#ifndef NVM_PQ_ADMIT_SLEEP_MAX_NS
+#define NVM_PQ_ADMIT_SLEEP_MAX_NS 500000u
+#endif
 __device__ static inline void _nvm_pq_pause_admit(uint64_t distance, uint32_t round)
 {
     (void) round;
-    __nanosleep(distance > 2000u ? 500000u : (uint32_t) distance * 250u);
+    __nanosleep(distance * 250u > NVM_PQ_ADMIT_SLEEP_MAX_NS ? NVM_PQ_ADMIT_SLEEP_MAX_NS : (uint32_t) distance * 250u);
 }
 
 #else /* host: GCC/clang __atomic builtins */
@@ -621,6 +624,30 @@ _NVM_PQ_HD uint32_t _nvm_pq_route1(const nvm_pq_t* q, uint32_t dw3, uint32_t dw0
     }
 }
 
+/* Reads CQ slot h. On the GPU: one 16-byte load for the whole entry, so dword 0 comes with the
+ * phase in dword 3 (the controller writes dword 3 last, and an aligned 16-byte read is served
+ * by one transaction: a new phase means a new dword 0); loads of a batch overlap (with
+ * ld.volatile each waited for the one before: one PCIe round trip per entry). On the host: dword
+ * 3 only; the drain reads dword 0 after a fence. */
+#ifndef _NVM_PQ_CQE_LD
+#define _NVM_PQ_CQE_LD "ld.relaxed.sys.v4.u32"
+#endif
+_NVM_PQ_HD void _nvm_pq_cqe(const nvm_pq_t* q, uint32_t h, uint32_t* dw0, uint32_t* dw3)
+{
+#if defined(__CUDA_ARCH__)
+    uint4 v;
+    asm volatile(_NVM_PQ_CQE_LD " {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(q->cq + h)
+                 : "memory");
+    *dw0 = v.x;
+    *dw3 = v.w;
+#else
+    *dw0 = 0;
+    *dw3 = q->cq[h].dword[3];
+#endif
+}
+
 /* Consumes runs of new completions (if nobody else is): one CQ head doorbell per run, then
  * routes them (after the doorbell, so a credit comes back only once its CQ slot is free).
  * Returns whether it held the lock. */
@@ -640,10 +667,10 @@ _NVM_PQ_HD int _nvm_pq_drain(const nvm_pq_t* q)
     flip = _nvm_pq_vld32(&st->cq_phase_flip);
     for (runs = 0; runs < 8; runs++) {
         uint32_t h = head, f = flip;
-        /* Issue the status-dword loads of a batch together (independent loads overlap, which
-         * pays when the CQ lies across PCIe), then keep the consecutive valid prefix. */
+        /* Issue the loads of a batch together (independent loads overlap, which pays when the
+         * CQ lies across PCIe), then keep the consecutive valid prefix. */
         for (i = 0; i < NVM_PQ_DRAIN_MAX; i++) {
-            dw3[i] = q->cq[h].dword[3];
+            _nvm_pq_cqe(q, h, &dw0[i], &dw3[i]);
             if (++h == q->cq_entries) {
                 h = 0;
             }
@@ -667,6 +694,8 @@ _NVM_PQ_HD int _nvm_pq_drain(const nvm_pq_t* q)
             break;
         }
         _nvm_pq_fence_sys();
+#if !defined(__CUDA_ARCH__)
+        /* Host: dword 0 after the phase, then a fence before the doorbell. */
         h = head;
         for (i = 0; i < n; i++) {
             dw0[i] = q->cq[h].dword[0];
@@ -674,10 +703,12 @@ _NVM_PQ_HD int _nvm_pq_drain(const nvm_pq_t* q)
                 h = 0;
             }
         }
+        _nvm_pq_fence_sys();
+#endif
         head = h;
         flip = f;
-        /* The entries are copied: let the controller reuse the slots. */
-        _nvm_pq_fence_sys();
+        /* The entries are copied (the fence above ordered the loads): let the controller reuse
+         * the slots. */
         *q->cq_db = head;
         total += n;
         dbs++;

@@ -5,7 +5,8 @@
  * command that times out, and the benchmark lines of docs/gpu-queue.md with libnvm's
  * one-thread-per-queue helpers (nvm_queue.h) as the baseline in the same run.
  *
- * Usage: pq_gpu [test|bench|all] [total commands for the test = 10000000]
+ * Usage: pq_gpu [test|bench|benchpq|all] [total commands for the test = 10000000]
+ * (benchpq: the nvm_pq lines only, with the libnvm baseline left out)
  * Exit status 0 only if every check passed.
  */
 #include <nvm_types.h>
@@ -493,7 +494,8 @@ int main(int argc, char** argv)
 {
     const char* mode = argc > 1 ? argv[1] : "all";
     uint64_t total = argc > 2 ? strtoull(argv[2], NULL, 0) : 10000000ull;
-    int do_test = strcmp(mode, "bench") != 0, do_bench = strcmp(mode, "test") != 0;
+    int do_test = strcmp(mode, "bench") != 0 && strcmp(mode, "benchpq") != 0, do_bench = strcmp(mode, "test") != 0;
+    int baseline = strcmp(mode, "benchpq") != 0;
     cudaDeviceProp prop;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -625,9 +627,12 @@ int main(int argc, char** argv)
         uint32_t full = (uint32_t) sms * 2048u;   /* every thread slot of the GPU */
         full = full / 256 * 256;
         line e = bench_pq("QD1: 1 thread, 1 queue", 1, 1024, 1, 1, 20000, d_bufs);
-        line h = bench_libnvm("QD1: 1 thread, 1 queue", 1, 1024, 1, 20000, 1, d_bufs);
-        line f = bench_libnvm("1 thread/queue, 1 queue x 1024, QD 1023", 1, 1024, 1, 1000000, 1023, d_bufs);
-        line g = bench_libnvm("1 thread/queue, 8 queues x 1024, QD 1023", 8, 1024, 8, 500000, 1023, d_bufs);
+        line h = {0, 0, 0}, f = {0, 0, 0}, g = {0, 0, 0};
+        if (baseline) {
+            h = bench_libnvm("QD1: 1 thread, 1 queue", 1, 1024, 1, 20000, 1, d_bufs);
+            f = bench_libnvm("1 thread/queue, 1 queue x 1024, QD 1023", 1, 1024, 1, 1000000, 1023, d_bufs);
+            g = bench_libnvm("1 thread/queue, 8 queues x 1024, QD 1023", 8, 1024, 8, 500000, 1023, d_bufs);
+        }
         line b = bench_pq("65,536 threads, 8 queues x 1024, 8 ctl threads", 8, 1024, 8, 65536, 64, d_bufs);
         char nm[80];
         snprintf(nm, sizeof nm, "%u threads, 8 queues x 1024, 8 ctl threads", full);
