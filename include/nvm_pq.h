@@ -258,16 +258,19 @@ __device__ static inline uint64_t _nvm_pq_ld64(const uint64_t* p)
     asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
+#ifndef _NVM_PQ_LDR
+#define _NVM_PQ_LDR "ld.relaxed.gpu"
+#endif
 __device__ static inline uint32_t _nvm_pq_ldr32(const uint32_t* p)
 {
     uint32_t v;
-    asm volatile("ld.relaxed.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    asm volatile(_NVM_PQ_LDR ".u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
 __device__ static inline uint64_t _nvm_pq_ldr64(const uint64_t* p)
 {
     uint64_t v;
-    asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    asm volatile(_NVM_PQ_LDR ".u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
 __device__ static inline void _nvm_pq_st32(uint32_t* p, uint32_t v)
@@ -332,13 +335,10 @@ __device__ static inline void _nvm_pq_pause(uint32_t round, int held)
 /* Waiting for admission `distance` tickets away: sleep about 250 ns per ticket ahead (a queue
  * completes a command every microsecond or so), at most 500 us, so that tens of thousands of
  * waiters poll the released counter rarely and the next ones in line often. */
-#ifndef NVM_PQ_ADMIT_SLEEP_MAX_NS
-#define NVM_PQ_ADMIT_SLEEP_MAX_NS 500000u
-#endif
 __device__ static inline void _nvm_pq_pause_admit(uint64_t distance, uint32_t round)
 {
     (void) round;
-    __nanosleep(distance * 250u > NVM_PQ_ADMIT_SLEEP_MAX_NS ? NVM_PQ_ADMIT_SLEEP_MAX_NS : (uint32_t) distance * 250u);
+    __nanosleep(distance > 2000u ? 500000u : (uint32_t) distance * 250u);
 }
 
 #else /* host: GCC/clang __atomic builtins */
@@ -630,7 +630,7 @@ _NVM_PQ_HD uint32_t _nvm_pq_route1(const nvm_pq_t* q, uint32_t dw3, uint32_t dw0
  * ld.volatile each waited for the one before: one PCIe round trip per entry). On the host: dword
  * 3 only; the drain reads dword 0 after a fence. */
 #ifndef _NVM_PQ_CQE_LD
-#define _NVM_PQ_CQE_LD "ld.relaxed.sys.v4.u32"
+#define _NVM_PQ_CQE_LD "ld.global.cv.v4.u32"
 #endif
 _NVM_PQ_HD void _nvm_pq_cqe(const nvm_pq_t* q, uint32_t h, uint32_t* dw0, uint32_t* dw3)
 {
@@ -667,13 +667,17 @@ _NVM_PQ_HD int _nvm_pq_drain(const nvm_pq_t* q)
     flip = _nvm_pq_vld32(&st->cq_phase_flip);
     for (runs = 0; runs < 8; runs++) {
         uint32_t h = head, f = flip;
-        /* Issue the loads of a batch together (independent loads overlap, which pays when the
-         * CQ lies across PCIe), then keep the consecutive valid prefix. */
-        for (i = 0; i < NVM_PQ_DRAIN_MAX; i++) {
-            _nvm_pq_cqe(q, h, &dw0[i], &dw3[i]);
+        /* The head entry first: an idle poll costs one read across PCIe. Then the rest of the
+         * batch with independent loads issued together. */
+        _nvm_pq_cqe(q, h, &dw0[0], &dw3[0]);
+        if (((dw3[0] >> 16) & 1u) != (1u ^ f)) {
+            break;
+        }
+        for (i = 1; i < NVM_PQ_DRAIN_MAX; i++) {
             if (++h == q->cq_entries) {
                 h = 0;
             }
+            _nvm_pq_cqe(q, h, &dw0[i], &dw3[i]);
         }
         h = head;
         for (i = 0; i < NVM_PQ_DRAIN_MAX; i++) {
