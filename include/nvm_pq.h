@@ -30,15 +30,17 @@
  *     with at most sq_entries-1 admitted beyond `released` the slot is free: any depth works,
  *     not only powers of two.
  *   - CIDs: the caller claims a CID (first try t % n_cids) by CAS FREE(g) -> INFLIGHT(g) in the
- *     CID's state word (generation g in bits 31:2). Every non-free CID belongs to an admitted,
+ *     CID's 64-bit state word (generation g in bits 15:2). Every non-free CID belongs to an admitted,
  *     unreleased ticket, so a free CID always exists. The command is written in place into its
  *     slot, then ready[slot] = t+1.
  *   - Doorbell: whoever holds sq_lock advances `published` over every consecutive written slot
  *     and writes the SQ tail doorbell once for the run.
  *   - Completions: whoever holds cq_lock reads runs of new CQEs (phase tag), writes the CQ head
- *     doorbell once per run, then routes each CQE by CID: INFLIGHT(g) -> DONE(g) with
- *     {status, dw0} stored in the CID record. The issuer sees DONE(g), copies the result, sets
- *     FREE(g+1) and counts itself released.
+ *     doorbell once per run, then routes each CQE by CID: INFLIGHT(g) -> DONE(g) with the
+ *     status and dword 0 packed into the same 64-bit CID word (one CAS). On the GPU the lanes
+ *     of a warp that wait on the same queue drain together: one takes the lock, each reads one
+ *     CQE (the reads across PCIe overlap) and routes it. The issuer sees DONE(g) with its result
+ *     in the same load, sets FREE(g+1) and counts itself released.
  *   - Deadlines: every wait compares the clock (the GPU's %globaltimer, CLOCK_MONOTONIC on the
  *     host) with an absolute deadline in nanoseconds, and returns NVM_PQ_ETIME when it passes.
  *
@@ -57,13 +59,16 @@
  *   - If the CAS loses to DONE, the wait returns the result instead (it completed in time).
  *
  * Memory ordering
- *   - Command dwords are stored, then a system-scope fence, then ready[slot] (release); the
- *     doorbell writer acquires ready[], fences at system scope and writes the doorbell.
- *   - The CQE's status dword (phase) is read first, then a system-scope fence, then dword 0 and
- *     the CID; the CID record's fields are written before its state word is released as DONE.
- *   - Under nvcc device code uses device-scope atomics on the control block and
- *     __threadfence_system() around ring and doorbell accesses; host code uses GCC __atomic
- *     builtins (acquire/release, sequentially consistent fences before doorbell writes).
+ *   - Command dwords are stored, then a system-scope fence (fence.acq_rel.sys on the GPU), then
+ *     ready[slot]; the doorbell writer reads the marks (relaxed), fences at system scope and
+ *     writes the doorbell.
+ *   - The drainer reads each CQE (on the GPU with one 16-byte load, dword 3 with the phase
+ *     written last by the controller; on the host dword 3, a fence, then dword 0), fences at
+ *     system scope and writes the CQ head doorbell before it routes.
+ *   - A CID word carries the whole result, so relaxed CASes and loads suffice for it; locks are
+ *     acquire/release, `released` is incremented with release and read with acquire. Statistics
+ *     are relaxed (exact once the queue is quiet). Host code uses GCC __atomic builtins with
+ *     the same or stronger orders.
  *
  * Errors returned in nvm_pq_status_t.err: 0 (the controller completed it; see sct/sc/dnr/dw0),
  * NVM_PQ_ETIME (deadline passed), NVM_PQ_EINVAL (bad argument: e.g. a transfer needing more
@@ -258,19 +263,16 @@ __device__ static inline uint64_t _nvm_pq_ld64(const uint64_t* p)
     asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
-#ifndef _NVM_PQ_LDR
-#define _NVM_PQ_LDR "ld.relaxed.gpu"
-#endif
 __device__ static inline uint32_t _nvm_pq_ldr32(const uint32_t* p)
 {
     uint32_t v;
-    asm volatile(_NVM_PQ_LDR ".u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    asm volatile("ld.relaxed.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
 __device__ static inline uint64_t _nvm_pq_ldr64(const uint64_t* p)
 {
     uint64_t v;
-    asm volatile(_NVM_PQ_LDR ".u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
 __device__ static inline void _nvm_pq_st32(uint32_t* p, uint32_t v)
@@ -628,6 +630,8 @@ _NVM_PQ_HD uint32_t _nvm_pq_route1(const nvm_pq_t* q, uint32_t dw3, uint32_t dw0
  * phase in dword 3 (the controller writes dword 3 last, and an aligned 16-byte read is served
  * by one transaction: a new phase means a new dword 0). On the host: dword 3 only; the drain
  * reads dword 0 after a fence. */
+/* (_NVM_PQ_CQE_LD and _NVM_PQ_NO_WARP_DRAIN exist to measure the alternatives that
+ * docs/gpu-queue.md compares; leave them unset.) */
 #ifndef _NVM_PQ_CQE_LD
 #define _NVM_PQ_CQE_LD "ld.volatile.v4.u32"
 #endif
