@@ -30,15 +30,17 @@
  *     with at most sq_entries-1 admitted beyond `released` the slot is free: any depth works,
  *     not only powers of two.
  *   - CIDs: the caller claims a CID (first try t % n_cids) by CAS FREE(g) -> INFLIGHT(g) in the
- *     CID's state word (generation g in bits 31:2). Every non-free CID belongs to an admitted,
+ *     CID's 64-bit state word (generation g in bits 15:2). Every non-free CID belongs to an admitted,
  *     unreleased ticket, so a free CID always exists. The command is written in place into its
  *     slot, then ready[slot] = t+1.
  *   - Doorbell: whoever holds sq_lock advances `published` over every consecutive written slot
  *     and writes the SQ tail doorbell once for the run.
  *   - Completions: whoever holds cq_lock reads runs of new CQEs (phase tag), writes the CQ head
- *     doorbell once per run, then routes each CQE by CID: INFLIGHT(g) -> DONE(g) with
- *     {status, dw0} stored in the CID record. The issuer sees DONE(g), copies the result, sets
- *     FREE(g+1) and counts itself released.
+ *     doorbell once per run, then routes each CQE by CID: INFLIGHT(g) -> DONE(g) with the
+ *     status and dword 0 packed into the same 64-bit CID word (one CAS). On the GPU the lanes
+ *     of a warp that wait on the same queue drain together: one takes the lock, each reads one
+ *     CQE (the reads across PCIe overlap) and routes it. The issuer sees DONE(g) with its result
+ *     in the same load, sets FREE(g+1) and counts itself released.
  *   - Deadlines: every wait compares the clock (the GPU's %globaltimer, CLOCK_MONOTONIC on the
  *     host) with an absolute deadline in nanoseconds, and returns NVM_PQ_ETIME when it passes.
  *
@@ -57,13 +59,16 @@
  *   - If the CAS loses to DONE, the wait returns the result instead (it completed in time).
  *
  * Memory ordering
- *   - Command dwords are stored, then a system-scope fence, then ready[slot] (release); the
- *     doorbell writer acquires ready[], fences at system scope and writes the doorbell.
- *   - The CQE's status dword (phase) is read first, then a system-scope fence, then dword 0 and
- *     the CID; the CID record's fields are written before its state word is released as DONE.
- *   - Under nvcc device code uses device-scope atomics on the control block and
- *     __threadfence_system() around ring and doorbell accesses; host code uses GCC __atomic
- *     builtins (acquire/release, sequentially consistent fences before doorbell writes).
+ *   - Command dwords are stored, then a system-scope fence (fence.acq_rel.sys on the GPU), then
+ *     ready[slot]; the doorbell writer reads the marks (relaxed), fences at system scope and
+ *     writes the doorbell.
+ *   - The drainer reads each CQE (on the GPU with one 16-byte load, dword 3 with the phase
+ *     written last by the controller; on the host dword 3, a fence, then dword 0), fences at
+ *     system scope and writes the CQ head doorbell before it routes.
+ *   - A CID word carries the whole result, so relaxed CASes and loads suffice for it; locks are
+ *     acquire/release, `released` is incremented with release and read with acquire. Statistics
+ *     are relaxed (exact once the queue is quiet). Host code uses GCC __atomic builtins with
+ *     the same or stronger orders.
  *
  * Errors returned in nvm_pq_status_t.err: 0 (the controller completed it; see sct/sc/dnr/dw0),
  * NVM_PQ_ETIME (deadline passed), NVM_PQ_EINVAL (bad argument: e.g. a transfer needing more
@@ -108,7 +113,7 @@ extern "C" {
 #define NVM_PQ_ETIME            62      /* ETIME: the deadline passed */
 #define NVM_PQ_EINVAL           22      /* EINVAL */
 
-/* CID state word: generation << 2 | state. */
+/* CID state (bits 1:0 of nvm_pq_cid_t.state; generation in bits 15:2). */
 #define NVM_PQ_CID_FREE         0u
 #define NVM_PQ_CID_INFLIGHT     1u
 #define NVM_PQ_CID_DONE         2u
@@ -132,13 +137,14 @@ typedef struct nvm_pq_status
     uint16_t                pad;
 } nvm_pq_status_t;
 
-/* Per-CID record (16 bytes). */
+/* Per-CID record (16 bytes). The state word carries the whole result, so routing a completion
+ * is one atomic and the issuer reads its result with the load that sees DONE. */
 typedef struct nvm_pq_cid
 {
-    uint32_t                state;  /* generation << 2 | NVM_PQ_CID_* */
-    uint32_t                status; /* CQE dword 3 bits 31:16 (phase in bit 0) */
-    uint32_t                dw0;    /* CQE dword 0 */
+    uint64_t                state;  /* dw0 << 32 | status << 16 | generation << 2 | NVM_PQ_CID_*;
+                                       status (CQE dword 3 bits 31:17) and dw0 only when DONE */
     uint32_t                ticket; /* low 32 bits of the submission ticket (diagnostics) */
+    uint32_t                _r0;
 } nvm_pq_cid_t;
 
 /*
@@ -225,61 +231,108 @@ _NVM_PQ_HD int nvm_pq_ok(nvm_pq_status_t s)
 
 /* ------------------------------------------------------------------------------------------ */
 /* Portability layer: atomics, fences, clock, pause.                                            */
+/*
+ * The primitives by purpose (device: PTX at GPU scope; host: GCC __atomic builtins):
+ *   _nvm_pq_ld32/64      polling load          ld.acquire.gpu        __ATOMIC_ACQUIRE
+ *   _nvm_pq_ldr32/64     batch load, a fence   ld.relaxed.gpu        __ATOMIC_ACQUIRE
+ *                        (or a CAS) follows
+ *   _nvm_pq_st32/64      plain shared store    st.relaxed.gpu        __ATOMIC_RELEASE
+ *   _nvm_pq_lock/unlock  sq_lock, cq_lock      atom.acquire.gpu.cas, __ATOMIC_ACQUIRE CAS,
+ *                                              st.release.gpu        __ATOMIC_RELEASE store
+ *   _nvm_pq_cas64        CID word; old value   atom.relaxed.gpu.cas  __ATOMIC_ACQ_REL
+ *   _nvm_pq_faa64        ticket; old value     atom.relaxed.gpu.add  __ATOMIC_ACQ_REL
+ *   _nvm_pq_credit       released += n         red.release.gpu.add   __ATOMIC_RELEASE add
+ *   _nvm_pq_count        statistics += n       red.relaxed.gpu.add   __ATOMIC_RELAXED add
+ *   _nvm_pq_fence_sys    rings and doorbells   fence.acq_rel.sys     __ATOMIC_SEQ_CST fence
+ * Relaxed device operations are enough where the value itself is the message (a CID word
+ * carries the whole result) or where a fence or an acquire CAS orders them; a release-acquire
+ * pair is used where other memory must become visible with a word (locks, credits).
+ */
 
 #if defined(__CUDA_ARCH__)
 
 __device__ static inline uint32_t _nvm_pq_ld32(const uint32_t* p)
 {
-    uint32_t v = *(const volatile uint32_t*) p;
-    __threadfence();
+    uint32_t v;
+    asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
 __device__ static inline uint64_t _nvm_pq_ld64(const uint64_t* p)
 {
-    uint64_t v = *(const volatile uint64_t*) p;
-    __threadfence();
+    uint64_t v;
+    asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ static inline uint32_t _nvm_pq_ldr32(const uint32_t* p)
+{
+    uint32_t v;
+    asm volatile("ld.relaxed.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ static inline uint64_t _nvm_pq_ldr64(const uint64_t* p)
+{
+    uint64_t v;
+    asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
 __device__ static inline void _nvm_pq_st32(uint32_t* p, uint32_t v)
 {
-    __threadfence();
-    *(volatile uint32_t*) p = v;
+    asm volatile("st.relaxed.gpu.u32 [%0], %1;" : : "l"(p), "r"(v) : "memory");
 }
 __device__ static inline void _nvm_pq_st64(uint64_t* p, uint64_t v)
 {
-    __threadfence();
-    *(volatile uint64_t*) p = v;
+    asm volatile("st.relaxed.gpu.u64 [%0], %1;" : : "l"(p), "l"(v) : "memory");
 }
-__device__ static inline int _nvm_pq_cas32(uint32_t* p, uint32_t expect, uint32_t desired)
+__device__ static inline int _nvm_pq_lock(uint32_t* p)
 {
     uint32_t old;
-    __threadfence();
-    old = atomicCAS((unsigned int*) p, expect, desired);
-    __threadfence();
-    return old == expect;
+    if (_nvm_pq_ldr32(p) != 0) {
+        return 0;
+    }
+    asm volatile("atom.acquire.gpu.cas.b32 %0, [%1], %2, %3;" : "=r"(old) : "l"(p), "r"(0u), "r"(1u) : "memory");
+    return old == 0;
+}
+__device__ static inline void _nvm_pq_unlock(uint32_t* p)
+{
+    asm volatile("st.release.gpu.u32 [%0], %1;" : : "l"(p), "r"(0u) : "memory");
+}
+__device__ static inline uint64_t _nvm_pq_cas64(uint64_t* p, uint64_t expect, uint64_t desired)
+{
+    uint64_t old;
+    asm volatile("atom.relaxed.gpu.cas.b64 %0, [%1], %2, %3;" : "=l"(old) : "l"(p), "l"(expect), "l"(desired) : "memory");
+    return old;
 }
 __device__ static inline uint64_t _nvm_pq_faa64(uint64_t* p, uint64_t v)
 {
-    return (uint64_t) atomicAdd((unsigned long long*) p, (unsigned long long) v);
-}
-__device__ static inline int32_t _nvm_pq_faa32s(int32_t* p, int32_t v)
-{
-    int32_t old;
-    __threadfence();
-    old = atomicAdd((int*) p, v);
-    __threadfence();
+    uint64_t old;
+    asm volatile("atom.relaxed.gpu.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
     return old;
 }
-#define _nvm_pq_fence_sys()     __threadfence_system()
+__device__ static inline void _nvm_pq_credit(uint64_t* p, uint64_t v)
+{
+    asm volatile("red.release.gpu.add.u64 [%0], %1;" : : "l"(p), "l"(v) : "memory");
+}
+__device__ static inline void _nvm_pq_count(uint64_t* p, uint64_t v)
+{
+    asm volatile("red.relaxed.gpu.add.u64 [%0], %1;" : : "l"(p), "l"(v) : "memory");
+}
+__device__ static inline void _nvm_pq_fence_sys(void)
+{
+    asm volatile("fence.acq_rel.sys;" : : : "memory");
+}
 __device__ static inline uint64_t _nvm_pq_now(void)
 {
     uint64_t t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
-__device__ static inline void _nvm_pq_pause(uint32_t round)
+/* Between two passes of a completion waiter. One that held the lock goes round again at once
+ * (its pass read the CQ across PCIe); one that found it taken sleeps. */
+__device__ static inline void _nvm_pq_pause(uint32_t round, int held)
 {
-    __nanosleep(round < 8 ? 32u : (round < 64 ? 256u : 1000u));
+    if (!held) {
+        __nanosleep(round < 8 ? 32u : (round < 64 ? 128u : 512u));
+    }
 }
 /* Waiting for admission `distance` tickets away: sleep about 250 ns per ticket ahead (a queue
  * completes a command every microsecond or so), at most 500 us, so that tens of thousands of
@@ -300,6 +353,14 @@ static inline uint64_t _nvm_pq_ld64(const uint64_t* p)
 {
     return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 }
+static inline uint32_t _nvm_pq_ldr32(const uint32_t* p)
+{
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+static inline uint64_t _nvm_pq_ldr64(const uint64_t* p)
+{
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
 static inline void _nvm_pq_st32(uint32_t* p, uint32_t v)
 {
     __atomic_store_n(p, v, __ATOMIC_RELEASE);
@@ -308,29 +369,50 @@ static inline void _nvm_pq_st64(uint64_t* p, uint64_t v)
 {
     __atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
-static inline int _nvm_pq_cas32(uint32_t* p, uint32_t expect, uint32_t desired)
+static inline int _nvm_pq_lock(uint32_t* p)
 {
-    return __atomic_compare_exchange_n(p, &expect, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    uint32_t expect = 0;
+    if (__atomic_load_n(p, __ATOMIC_RELAXED) != 0) {
+        return 0;
+    }
+    return __atomic_compare_exchange_n(p, &expect, 1u, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
+static inline void _nvm_pq_unlock(uint32_t* p)
+{
+    __atomic_store_n(p, 0u, __ATOMIC_RELEASE);
+}
+static inline uint64_t _nvm_pq_cas64(uint64_t* p, uint64_t expect, uint64_t desired)
+{
+    __atomic_compare_exchange_n(p, &expect, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    return expect;
 }
 static inline uint64_t _nvm_pq_faa64(uint64_t* p, uint64_t v)
 {
     return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
 }
-static inline int32_t _nvm_pq_faa32s(int32_t* p, int32_t v)
+static inline void _nvm_pq_credit(uint64_t* p, uint64_t v)
 {
-    return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
+    __atomic_fetch_add(p, v, __ATOMIC_RELEASE);
 }
-#define _nvm_pq_fence_sys()     __atomic_thread_fence(__ATOMIC_SEQ_CST)
+static inline void _nvm_pq_count(uint64_t* p, uint64_t v)
+{
+    __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+static inline void _nvm_pq_fence_sys(void)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
 static inline uint64_t _nvm_pq_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
 }
-static inline void _nvm_pq_pause(uint32_t round)
+static inline void _nvm_pq_pause(uint32_t round, int held)
 {
     /* Spinning CPU threads must leave the cores to the controller (or the thread that holds
-     * a lock) when there are more threads than cores. */
+     * a lock) when there are more threads than cores, lock holder or not. */
+    (void) held;
     if (round < 8) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
@@ -345,14 +427,14 @@ static inline void _nvm_pq_pause(uint32_t round)
 static inline void _nvm_pq_pause_admit(uint64_t distance, uint32_t round)
 {
     (void) distance;
-    _nvm_pq_pause(round);
+    _nvm_pq_pause(round, 0);
 }
 
 #endif
 
-/* Fields of the control block that a lock holder reads and writes: volatile accesses (on the
- * GPU, plain loads may hit a stale line in the SM's non-coherent L1 after another SM changed
- * the word), ordered by the lock's acquire/release. */
+/* Fields that only a lock holder reads and writes (published, cq_head, cq_phase_flip): volatile
+ * accesses (on the GPU a plain load may hit a stale line in the SM's non-coherent L1 after
+ * another SM changed the word), ordered by the lock's acquire and release. */
 _NVM_PQ_HD uint32_t _nvm_pq_vld32(const uint32_t* p)
 {
     return *(const volatile uint32_t*) p;
@@ -360,11 +442,6 @@ _NVM_PQ_HD uint32_t _nvm_pq_vld32(const uint32_t* p)
 _NVM_PQ_HD void _nvm_pq_vst32(uint32_t* p, uint32_t v)
 {
     *(volatile uint32_t*) p = v;
-}
-_NVM_PQ_HD void _nvm_pq_vinc64(uint64_t* p, uint64_t n)
-{
-    uint64_t v = *(const volatile uint64_t*) p;
-    *(volatile uint64_t*) p = v + n;
 }
 
 /* Nanoseconds on the clock the deadlines use (globaltimer on the GPU, CLOCK_MONOTONIC here). */
@@ -396,6 +473,11 @@ _NVM_PQ_HD uint32_t nvm_pq_pick(uint32_t n_queues, uint32_t host_hint)
 /* ------------------------------------------------------------------------------------------ */
 /* Internals.                                                                                   */
 
+/* CID word fields (nvm_pq_cid_t.state). */
+#define _NVM_PQ_GEN_MASK        0xFFFCull                   /* generation << 2 */
+#define _NVM_PQ_ST(w)           ((uint32_t) (w) & 3u)
+#define _NVM_PQ_NEXT_FREE(w)    (((w) + 4u) & _NVM_PQ_GEN_MASK)   /* FREE, generation + 1 */
+
 /* Writes a 64-byte entry into SQ slot `slot` (four 16-byte write-through stores on the GPU:
  * few transactions when the ring is across PCIe). */
 _NVM_PQ_HD void _nvm_pq_put_entry(const nvm_pq_t* q, uint32_t slot, const uint32_t* w)
@@ -419,10 +501,11 @@ _NVM_PQ_HD void _nvm_pq_put_entry(const nvm_pq_t* q, uint32_t slot, const uint32
  * at most max_inflight < n_cids of them), starting at `hint`; returns it, state set to `to`. */
 _NVM_PQ_HD uint32_t _nvm_pq_claim_cid(const nvm_pq_t* q, uint32_t hint, uint32_t to)
 {
-    uint32_t cid = hint, s;
+    uint32_t cid = hint;
+    uint64_t s;
     for (;;) {
-        s = _nvm_pq_ld32(&q->cids[cid].state);
-        if ((s & 3u) == NVM_PQ_CID_FREE && _nvm_pq_cas32(&q->cids[cid].state, s, s | to)) {
+        s = _nvm_pq_ldr64(&q->cids[cid].state);
+        if (_NVM_PQ_ST(s) == NVM_PQ_CID_FREE && _nvm_pq_cas64(&q->cids[cid].state, s, s | to) == s) {
             return cid;
         }
         if (++cid == q->n_cids) {
@@ -431,30 +514,51 @@ _NVM_PQ_HD uint32_t _nvm_pq_claim_cid(const nvm_pq_t* q, uint32_t hint, uint32_t
     }
 }
 
+/* How many ready marks the publisher reads with independent loads at a time. */
+#define _NVM_PQ_PUB_BATCH       16
+
 /* Announces every consecutive written slot from `published` with one doorbell write. A ticket
- * given up before admission (a hole) gets a Flush, once admitted, so later entries can go. */
-_NVM_PQ_HD void _nvm_pq_publish(const nvm_pq_t* q)
+ * given up before admission (a hole) gets a Flush, once admitted, so later entries can go.
+ * Returns whether it held the lock. */
+_NVM_PQ_HD int _nvm_pq_publish(const nvm_pq_t* q)
 {
     nvm_pq_state_t* st = q->state;
     uint64_t p, start;
+    uint32_t slot, holes = 0;
 
-    if (_nvm_pq_vld32(&st->sq_lock) != 0 || !_nvm_pq_cas32(&st->sq_lock, 0, 1)) {
-        return;
+    if (!_nvm_pq_lock(&st->sq_lock)) {
+        return 0;
     }
-    start = p = _nvm_pq_ld64(&st->published);
+    start = p = *(const volatile uint64_t*) &st->published;
+    slot = (uint32_t) (p % q->sq_entries);
     for (;;) {
-        uint32_t slot = (uint32_t) (p % q->sq_entries);
-        /* Relaxed reads; the system fence below orders them before the doorbell write, and each
-         * issuer fenced its entry before its ready mark. */
-        if (*(volatile const uint32_t*) &q->ready[slot] == (uint32_t) (p + 1)) {
+        /* A batch of ready marks with independent (relaxed) loads: one L2 round trip rather
+         * than one per slot. The system fence below orders them before the doorbell write (each
+         * issuer fenced its entry before its mark). */
+        uint32_t r[_NVM_PQ_PUB_BATCH], i, s = slot;
+        for (i = 0; i < _NVM_PQ_PUB_BATCH; i++) {
+            r[i] = _nvm_pq_ldr32(&q->ready[s]);
+            if (++s == q->sq_entries) {
+                s = 0;
+            }
+        }
+        for (i = 0; i < _NVM_PQ_PUB_BATCH; i++) {
+            if (r[i] != (uint32_t) (p + 1)) {
+                break;
+            }
             p++;
+            if (++slot == q->sq_entries) {
+                slot = 0;
+            }
+        }
+        if (i == _NVM_PQ_PUB_BATCH) {
             continue;
         }
-        if (*(volatile const uint32_t*) &q->hole[slot] == (uint32_t) (p + 1)
-            && p < *(volatile const uint64_t*) &st->released + q->max_inflight) {
+        if (_nvm_pq_ldr32(&q->hole[slot]) == (uint32_t) (p + 1)
+            && p < _nvm_pq_ld64(&st->released) + q->max_inflight) {
             /* Admitted now: its CID is abandoned from the start, so the router frees it and
              * returns the credit when the Flush completes. */
-            uint32_t w[16], i, cid = _nvm_pq_claim_cid(q, (uint32_t) (p % q->n_cids), NVM_PQ_CID_ABANDONED);
+            uint32_t w[16], cid = _nvm_pq_claim_cid(q, (uint32_t) (p % q->n_cids), NVM_PQ_CID_ABANDONED);
             for (i = 0; i < 16; i++) {
                 w[i] = 0;
             }
@@ -462,87 +566,229 @@ _NVM_PQ_HD void _nvm_pq_publish(const nvm_pq_t* q)
             w[1] = q->nsid;
             q->cids[cid].ticket = (uint32_t) p;
             _nvm_pq_put_entry(q, slot, w);
-            _nvm_pq_vinc64(&st->holes, 1);
+            holes++;
             p++;
+            if (++slot == q->sq_entries) {
+                slot = 0;
+            }
             continue;
         }
         break;
     }
     if (p != start) {
         _nvm_pq_fence_sys();
-        *q->sq_db = (uint32_t) (p % q->sq_entries);
-        _nvm_pq_vinc64(&st->sq_doorbells, 1);
-        _nvm_pq_st64(&st->published, p);
+        *q->sq_db = slot;
+        *(volatile uint64_t*) &st->published = p;
+        _nvm_pq_count(&st->sq_doorbells, 1);
+        if (holes != 0) {
+            _nvm_pq_count(&st->holes, holes);
+        }
     }
-    _nvm_pq_st32(&st->sq_lock, 0);
+    _nvm_pq_unlock(&st->sq_lock);
+    return 1;
 }
 
-/* Routes one consumed CQE to its issuer. */
-_NVM_PQ_HD void _nvm_pq_route(const nvm_pq_t* q, uint16_t cid, uint32_t status, uint32_t dw0)
+/* What _nvm_pq_routed returns for a CID that was not outstanding (no CID word has state
+ * ABANDONED with every other bit set after routing). */
+#define _NVM_PQ_STRAY           (~0ull)
+
+/* The CID word a consumed CQE turns `s` into: INFLIGHT -> DONE with the result; ABANDONED ->
+ * FREE, next generation; FREE or DONE (not outstanding: a stray) -> _NVM_PQ_STRAY. */
+_NVM_PQ_HD uint64_t _nvm_pq_routed(uint64_t s, uint32_t dw3, uint32_t dw0)
+{
+    if (_NVM_PQ_ST(s) == NVM_PQ_CID_INFLIGHT) {
+        return ((uint64_t) dw0 << 32) | ((uint64_t) (dw3 & 0xFFFE0000u)) | (s & _NVM_PQ_GEN_MASK) | NVM_PQ_CID_DONE;
+    }
+    if (_NVM_PQ_ST(s) == NVM_PQ_CID_ABANDONED) {
+        return _NVM_PQ_NEXT_FREE(s);
+    }
+    return _NVM_PQ_STRAY;
+}
+
+/* Routes one consumed CQE with fresh loads (the slow path of a batch); returns 1 for a late
+ * completion (credit back), 2 for a stray, 0 for a delivered result. */
+_NVM_PQ_HD uint32_t _nvm_pq_route1(const nvm_pq_t* q, uint32_t dw3, uint32_t dw0)
+{
+    uint32_t cid = dw3 & 0xFFFFu;
+    uint64_t s, w;
+    if (cid >= q->n_cids) {
+        return 2;
+    }
+    for (;;) {
+        s = _nvm_pq_ldr64(&q->cids[cid].state);
+        w = _nvm_pq_routed(s, dw3, dw0);
+        if (w == _NVM_PQ_STRAY) {
+            return 2;
+        }
+        if (_nvm_pq_cas64(&q->cids[cid].state, s, w) == s) {
+            return _NVM_PQ_ST(s) == NVM_PQ_CID_ABANDONED ? 1u : 0u;
+        }
+    }
+}
+
+/* Reads CQ slot h. On the GPU: one 16-byte load for the whole entry, so dword 0 comes with the
+ * phase in dword 3 (the controller writes dword 3 last, and an aligned 16-byte read is served
+ * by one transaction: a new phase means a new dword 0). On the host: dword 3 only; the drain
+ * reads dword 0 after a fence. */
+/* (_NVM_PQ_CQE_LD and _NVM_PQ_NO_WARP_DRAIN exist to measure the alternatives that
+ * docs/gpu-queue.md compares; leave them unset.) */
+#ifndef _NVM_PQ_CQE_LD
+#define _NVM_PQ_CQE_LD "ld.volatile.v4.u32"
+#endif
+_NVM_PQ_HD void _nvm_pq_cqe(const nvm_pq_t* q, uint32_t h, uint32_t* dw0, uint32_t* dw3)
+{
+#if defined(__CUDA_ARCH__)
+    uint4 v;
+    asm volatile(_NVM_PQ_CQE_LD " {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(q->cq + h)
+                 : "memory");
+    *dw0 = v.x;
+    *dw3 = v.w;
+#else
+    *dw0 = 0;
+    *dw3 = q->cq[h].dword[3];
+#endif
+}
+
+#if defined(__CUDA_ARCH__)
+/*
+ * The drain done by the lanes of a warp that call it together (mask: those lanes, at least
+ * two): one of them takes the lock, each lane reads one CQ entry (one warp-wide load: the reads
+ * across PCIe overlap, where one thread's reads follow each other) and routes it. Every lane in
+ * mask returns whether the warp held the lock.
+ */
+__device__ static inline int _nvm_pq_drain_warp(const nvm_pq_t* q, uint32_t mask)
 {
     nvm_pq_state_t* st = q->state;
-    nvm_pq_cid_t* c;
-    uint32_t s;
+    uint32_t lane, rank, cnt, win, leader, head = 0, flip = 0, runs, total = 0, dbs = 0, late = 0, stray = 0;
 
-    if (cid >= q->n_cids) {
-        _nvm_pq_faa64(&st->stray, 1);
-        return;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+    rank = __popc(mask & ((1u << lane) - 1u));
+    cnt = __popc(mask);
+    /* No more entries than can be outstanding (each slot read at most once). */
+    if (cnt > q->cq_entries - 1u) {
+        cnt = q->cq_entries - 1u;
     }
-    c = &q->cids[cid];
-    for (;;) {
-        s = _nvm_pq_ld32(&c->state);
-        if ((s & 3u) == NVM_PQ_CID_INFLIGHT) {
-            /* Harmless if the CAS below loses to ABANDONED: nobody reads an abandoned record. */
-            *(volatile uint32_t*) &c->status = status;
-            *(volatile uint32_t*) &c->dw0 = dw0;
-            if (_nvm_pq_cas32(&c->state, s, (s & ~3u) | NVM_PQ_CID_DONE)) {
-                return;
-            }
-            continue;
-        }
-        if ((s & 3u) == NVM_PQ_CID_ABANDONED) {
-            if (_nvm_pq_cas32(&c->state, s, ((s & ~3u) + 4u) | NVM_PQ_CID_FREE)) {
-                _nvm_pq_faa64(&st->released, 1);
-                _nvm_pq_faa64(&st->late, 1);
-                return;
-            }
-            continue;
-        }
-        /* FREE or DONE: this CID was not outstanding. */
-        _nvm_pq_faa64(&st->stray, 1);
-        return;
+    win = __ballot_sync(mask, rank == 0 && _nvm_pq_lock(&st->cq_lock));
+    if (win == 0) {
+        return 0;
     }
+    leader = __ffs(win) - 1u;
+    if (lane == leader) {
+        head = _nvm_pq_vld32(&st->cq_head);
+        flip = _nvm_pq_vld32(&st->cq_phase_flip);
+    }
+    head = __shfl_sync(mask, head, leader);
+    flip = __shfl_sync(mask, flip, leader);
+    for (runs = 0; runs < 8; runs++) {
+        uint32_t dw0 = 0, dw3 = 0, valid = 0, vb, inval, n, k = 0;
+        if (rank < cnt) {
+            uint32_t h = head + rank, f = flip;
+            if (h >= q->cq_entries) {
+                h -= q->cq_entries;
+                f ^= 1u;
+            }
+            _nvm_pq_cqe(q, h, &dw0, &dw3);
+            valid = ((dw3 >> 16) & 1u) == (1u ^ f);
+        }
+        /* The consecutive valid entries from the head: ranks below the first invalid lane. */
+        vb = __ballot_sync(mask, valid);
+        inval = mask & ~vb;
+        n = inval != 0 ? __popc(mask & ((1u << (__ffs(inval) - 1u)) - 1u)) : cnt;
+        if (n > cnt) {
+            n = cnt;
+        }
+        if (n == 0) {
+            break;
+        }
+        /* Every lane's load has returned (the ballot used its value): the leader fences and
+         * lets the controller reuse the slots, then the lanes route their entries. */
+        head += n;
+        if (head >= q->cq_entries) {
+            head -= q->cq_entries;
+            flip ^= 1u;
+        }
+        if (lane == leader) {
+            _nvm_pq_fence_sys();
+            *q->cq_db = head;
+        }
+        __syncwarp(mask);
+        if (rank < n) {
+            k = _nvm_pq_route1(q, dw3, dw0);
+        }
+        late += __popc(__ballot_sync(mask, k == 1u));
+        stray += __popc(__ballot_sync(mask, k == 2u));
+        total += n;
+        dbs++;
+        if (n < cnt) {
+            break;
+        }
+    }
+    if (lane == leader) {
+        if (total != 0) {
+            _nvm_pq_vst32(&st->cq_head, head);
+            _nvm_pq_vst32(&st->cq_phase_flip, flip);
+        }
+        _nvm_pq_unlock(&st->cq_lock);
+        if (total != 0) {
+            _nvm_pq_count(&st->cq_doorbells, dbs);
+            _nvm_pq_count(&st->completions, total);
+            if (late != 0) {
+                _nvm_pq_credit(&st->released, late);
+                _nvm_pq_count(&st->late, late);
+            }
+            if (stray != 0) {
+                _nvm_pq_count(&st->stray, stray);
+            }
+        }
+    }
+    __syncwarp(mask);
+    return 1;
 }
+#endif
 
 /* Consumes runs of new completions (if nobody else is): one CQ head doorbell per run, then
- * routes them (after the doorbell, so a credit comes back only once its CQ slot is free). */
-_NVM_PQ_HD void _nvm_pq_drain(const nvm_pq_t* q)
+ * routes them (after the doorbell, so a credit comes back only once its CQ slot is free).
+ * Returns whether it held the lock. */
+_NVM_PQ_HD int _nvm_pq_drain(const nvm_pq_t* q)
 {
     nvm_pq_state_t* st = q->state;
-    uint32_t head, flip, n, i, runs;
+    uint32_t head, flip, n, i, runs, dbs = 0, late = 0, stray = 0, total = 0;
     uint32_t dw3[NVM_PQ_DRAIN_MAX];
     uint32_t dw0[NVM_PQ_DRAIN_MAX];
+    uint64_t seen[NVM_PQ_DRAIN_MAX];
+    uint64_t got[NVM_PQ_DRAIN_MAX];
 
-    if (_nvm_pq_vld32(&st->cq_lock) != 0 || !_nvm_pq_cas32(&st->cq_lock, 0, 1)) {
-        return;
+#if defined(__CUDA_ARCH__) && !defined(_NVM_PQ_NO_WARP_DRAIN)
+    {
+        /* The lanes here together on the same queue. */
+        uint32_t mask = __match_any_sync(__activemask(), (unsigned long long) (uintptr_t) q);
+        if (__popc(mask) > 1) {
+            return _nvm_pq_drain_warp(q, mask);
+        }
+    }
+#endif
+    if (!_nvm_pq_lock(&st->cq_lock)) {
+        return 0;
     }
     head = _nvm_pq_vld32(&st->cq_head);
     flip = _nvm_pq_vld32(&st->cq_phase_flip);
     for (runs = 0; runs < 8; runs++) {
         uint32_t h = head, f = flip;
-        /* Issue the status-dword loads of a batch together (independent loads overlap, which
-         * pays when the CQ lies across PCIe), then keep the consecutive valid prefix. */
+        /* Entry by entry, stopping at the first not yet written one: one thread's reads across
+         * PCIe complete one after the other (about 1.5 us each on the H200), so reading ahead
+         * only costs. */
         for (i = 0; i < NVM_PQ_DRAIN_MAX; i++) {
-            dw3[i] = q->cq[h].dword[3];
-            if (++h == q->cq_entries) {
-                h = 0;
-            }
-        }
-        h = head;
-        for (i = 0; i < NVM_PQ_DRAIN_MAX; i++) {
+            uint32_t cid;
+            _nvm_pq_cqe(q, h, &dw0[i], &dw3[i]);
             if (((dw3[i] >> 16) & 1u) != (1u ^ f)) {
                 break;
             }
+            cid = dw3[i] & 0xFFFFu;
+            /* Early CID-word load; a stale one only makes its CAS fail, and then route1
+             * decides with a fresh load. */
+            seen[i] = cid < q->n_cids ? _nvm_pq_ldr64(&q->cids[cid].state) : 0;
             if (++h == q->cq_entries) {
                 h = 0;
                 f ^= 1u;
@@ -553,6 +799,8 @@ _NVM_PQ_HD void _nvm_pq_drain(const nvm_pq_t* q)
             break;
         }
         _nvm_pq_fence_sys();
+#if !defined(__CUDA_ARCH__)
+        /* Host: dword 0 after the phase, then a fence before the doorbell. */
         h = head;
         for (i = 0; i < n; i++) {
             dw0[i] = q->cq[h].dword[0];
@@ -560,37 +808,68 @@ _NVM_PQ_HD void _nvm_pq_drain(const nvm_pq_t* q)
                 h = 0;
             }
         }
+        _nvm_pq_fence_sys();
+#endif
         head = h;
         flip = f;
-        /* The entries are copied: let the controller reuse the slots. */
-        _nvm_pq_fence_sys();
+        /* The entries are copied (the fence above ordered the loads): let the controller reuse
+         * the slots. */
         *q->cq_db = head;
-        _nvm_pq_vst32(&st->cq_head, head);
-        _nvm_pq_vst32(&st->cq_phase_flip, flip);
-        _nvm_pq_vinc64(&st->cq_doorbells, 1);
-        _nvm_pq_vinc64(&st->completions, n);
+        total += n;
+        dbs++;
+        /* Route the batch: independent CASes issued back to back (one L2 round trip for the
+         * batch, results compared afterwards); those that lost a race (a waiter abandoning its
+         * CID) or saw a CID that did not look outstanding go through route1. */
         for (i = 0; i < n; i++) {
-            _nvm_pq_route(q, (uint16_t) (dw3[i] & 0xFFFFu), dw3[i] >> 16, dw0[i]);
+            uint32_t cid = dw3[i] & 0xFFFFu;
+            uint64_t w = cid < q->n_cids ? _nvm_pq_routed(seen[i], dw3[i], dw0[i]) : _NVM_PQ_STRAY;
+            got[i] = w != _NVM_PQ_STRAY ? _nvm_pq_cas64(&q->cids[cid].state, seen[i], w) : ~seen[i];
+        }
+        for (i = 0; i < n; i++) {
+            uint32_t k;
+            if (got[i] == seen[i]) {
+                late += _NVM_PQ_ST(seen[i]) == NVM_PQ_CID_ABANDONED;
+                continue;
+            }
+            k = _nvm_pq_route1(q, dw3[i], dw0[i]);
+            late += k == 1u;
+            stray += k == 2u;
         }
         if (n < NVM_PQ_DRAIN_MAX) {
             break;
         }
     }
-    _nvm_pq_st32(&st->cq_lock, 0);
+    if (total != 0) {
+        _nvm_pq_vst32(&st->cq_head, head);
+        _nvm_pq_vst32(&st->cq_phase_flip, flip);
+    }
+    _nvm_pq_unlock(&st->cq_lock);
+    if (total != 0) {
+        _nvm_pq_count(&st->cq_doorbells, dbs);
+        _nvm_pq_count(&st->completions, total);
+        if (late != 0) {
+            _nvm_pq_credit(&st->released, late);
+            _nvm_pq_count(&st->late, late);
+        }
+        if (stray != 0) {
+            _nvm_pq_count(&st->stray, stray);
+        }
+    }
+    return 1;
 }
 
-/* Fills the result from a DONE record. */
-_NVM_PQ_HD nvm_pq_status_t _nvm_pq_result(const nvm_pq_cid_t* c, uint16_t cid)
+/* The result in a DONE word. */
+_NVM_PQ_HD nvm_pq_status_t _nvm_pq_result(uint64_t w, uint16_t cid)
 {
     nvm_pq_status_t r;
-    uint32_t s = *(const volatile uint32_t*) &c->status;
+    uint32_t s = (uint32_t) (w >> 16) & 0xFFFFu;
 
     r.err = 0;
     r.sc = (uint8_t) ((s >> 1) & 0xFFu);
     r.sct = (uint8_t) ((s >> 9) & 0x7u);
     r.more = (uint8_t) ((s >> 14) & 1u);
     r.dnr = (uint8_t) ((s >> 15) & 1u);
-    r.dw0 = *(const volatile uint32_t*) &c->dw0;
+    r.dw0 = (uint32_t) (w >> 32);
     r.cid = cid;
     r.pad = 0;
     return r;
@@ -612,17 +891,16 @@ _NVM_PQ_HD nvm_pq_status_t _nvm_pq_fail(int32_t err)
 
 /*
  * Submits *cmd (its CID field is replaced) and waits for its completion until `deadline`
- * (nvm_pq_now() clock, ns). `prp_list`, if not NULL, is called with the CID's PRP-list page
- * (vaddr, ioaddr) before the command is written, so callers can build a list there; the
- * read/write helpers use it.
+ * (nvm_pq_now() clock, ns). `list_src`, if list_n != 0, is copied into the CID's PRP-list page
+ * and PRP2 is pointed at it; the read/write helpers use it.
  */
 _NVM_PQ_HD nvm_pq_status_t nvm_pq_submit(const nvm_pq_t* q, const nvm_cmd_t* cmd, uint64_t deadline,
                                          const uint64_t* list_src, uint32_t list_n)
 {
     nvm_pq_state_t* st;
     nvm_pq_cid_t* c;
-    uint64_t t;
-    uint32_t cid, s, slot, i, round = 0;
+    uint64_t t, s;
+    uint32_t cid, slot, i, round = 0;
 
     if (q == NULL || cmd == NULL || q->version != NVM_PQ_VERSION || q->size != sizeof(nvm_pq_t)
         || q->max_inflight == 0 || q->n_cids <= q->max_inflight || q->n_cids > 65536u) {
@@ -646,7 +924,7 @@ _NVM_PQ_HD nvm_pq_status_t nvm_pq_submit(const nvm_pq_t* q, const nvm_cmd_t* cmd
             now = _nvm_pq_now();
             if (now > deadline) {
                 _nvm_pq_st32(&q->hole[slot], (uint32_t) (t + 1));
-                _nvm_pq_faa64(&st->timeouts, 1);
+                _nvm_pq_count(&st->timeouts, 1);
                 /* The hole may be admitted already: let a publisher fill it. */
                 _nvm_pq_publish(q);
                 return _nvm_pq_fail(NVM_PQ_ETIME);
@@ -692,43 +970,41 @@ _NVM_PQ_HD nvm_pq_status_t nvm_pq_submit(const nvm_pq_t* q, const nvm_cmd_t* cmd
     _nvm_pq_fence_sys();
     _nvm_pq_st32(&q->ready[slot], (uint32_t) (t + 1));
 
-    /* 5. Announced (by us or another thread), then our completion routed to our CID record.
+    /* 5. Announced (by us or another thread), then our completion routed to our CID word.
      * Until our ticket is announced we try to publish; after that we try to drain. */
-    round = 0;
     {
         uint64_t since = 0, now;
         for (;;) {
-            s = _nvm_pq_ld32(&c->state);
-            if ((s & 3u) == NVM_PQ_CID_DONE) {
-                nvm_pq_status_t r = _nvm_pq_result(c, (uint16_t) cid);
-                _nvm_pq_st32(&c->state, (s & ~3u) + 4u);
-                _nvm_pq_faa64(&st->released, 1);
+            int held;
+            s = _nvm_pq_ld64(&c->state);
+            if (_NVM_PQ_ST(s) == NVM_PQ_CID_DONE) {
+                nvm_pq_status_t r = _nvm_pq_result(s, (uint16_t) cid);
+                _nvm_pq_st64(&c->state, _NVM_PQ_NEXT_FREE(s));
+                _nvm_pq_credit(&st->released, 1);
                 return r;
             }
             now = _nvm_pq_now();
             if (now > deadline) {
-                if (_nvm_pq_cas32(&c->state, s, (s & ~3u) | NVM_PQ_CID_ABANDONED)) {
+                if (_nvm_pq_cas64(&c->state, s, (s & _NVM_PQ_GEN_MASK) | NVM_PQ_CID_ABANDONED) == s) {
                     nvm_pq_status_t r = _nvm_pq_fail(NVM_PQ_ETIME);
                     r.cid = (uint16_t) cid;
-                    _nvm_pq_faa64(&st->timeouts, 1);
+                    _nvm_pq_count(&st->timeouts, 1);
                     return r;
                 }
                 continue;
             }
-            if (_nvm_pq_ld64(&st->published) <= t) {
-                _nvm_pq_publish(q);
+            if (*(const volatile uint64_t*) &st->published <= t) {
+                held = _nvm_pq_publish(q);
                 /* Waiting behind a hole: its admission needs credits back, i.e. a drain. */
                 if (since == 0) {
                     since = now;
                 } else if (now - since > 1000000ull) {
-                    _nvm_pq_drain(q);
+                    held |= _nvm_pq_drain(q);
                 }
             } else {
-                _nvm_pq_drain(q);
+                held = _nvm_pq_drain(q);
             }
-            if ((_nvm_pq_ld32(&c->state) & 3u) != NVM_PQ_CID_DONE) {
-                _nvm_pq_pause(round++);
-            }
+            _nvm_pq_pause(round++, held);
         }
     }
 }

@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(__CUDACC__)
 #define EMU_HD __host__ __device__ static inline
@@ -92,6 +93,7 @@ typedef struct emu_queue {
     volatile uint32_t* cq_db;
     /* controller state */
     uint32_t sq_head, cq_tail, cq_phase;
+    uint32_t cq_head_seen;          /* last CQ head doorbell value read */
     emu_cpl_t* backlog;             /* completions waiting for CQ room, in order */
     uint32_t n_backlog, backlog_cap;
     emu_cpl_t* held;                /* stuck commands */
@@ -100,6 +102,7 @@ typedef struct emu_queue {
     uint64_t rng;
     /* statistics */
     uint64_t fetched, posted, injected, cid_conflicts, bad_doorbells, cq_full_waits;
+    uint64_t busy_ns;               /* time in passes that fetched or posted something */
 } emu_queue_t;
 
 typedef struct emu {
@@ -246,12 +249,20 @@ static inline uint32_t emu_execute(emu_t* e, emu_queue_t* q, const uint32_t* c, 
     switch (opc) {
     case 0x00:
         return 0;
-    case 0x02:
+    case 0x02: {
+        uint64_t prp1 = c[6] | ((uint64_t) c[7] << 32);
         if (len > sizeof(stack)) {
             return (1u << 15) | (0x02u << 1);
         }
+        /* One segment in host memory (the common case): generate the data in place. */
+        if (prp1 >= 4096 && (prp1 & 7) == 0 && 4096 - (prp1 % 4096) >= len
+            && !(e->dev_copy != NULL && prp1 >= e->dev_base && prp1 - e->dev_base < e->dev_len)) {
+            emu_fill(slba, (uint8_t*) (uintptr_t) prp1, len, e);
+            return 0;
+        }
         emu_fill(slba, stack, len, e);
-        return emu_prp_walk(e, c[6] | ((uint64_t) c[7] << 32), c[8] | ((uint64_t) c[9] << 32), len, stack, 1);
+        return emu_prp_walk(e, prp1, c[8] | ((uint64_t) c[9] << 32), len, stack, 1);
+    }
     case 0x01: {
         uint32_t st;
         if (len > sizeof(stack)) {
@@ -274,10 +285,16 @@ static inline uint32_t emu_execute(emu_t* e, emu_queue_t* q, const uint32_t* c, 
 static inline int emu_post(emu_queue_t* q, const emu_cpl_t* p)
 {
     volatile uint32_t* slot;
-    uint32_t head = *q->cq_db;
-    if (head >= q->cq_entries || (q->cq_tail + 1) % q->cq_entries == head) {
-        q->cq_full_waits++;
-        return 0;
+    uint32_t next = q->cq_tail + 1 == q->cq_entries ? 0 : q->cq_tail + 1;
+    /* Read the head doorbell only when the last value seen says full (a line the host writes:
+     * reading it for every entry costs a cache miss each time it changed). */
+    if (next == q->cq_head_seen) {
+        uint32_t head = *q->cq_db;
+        if (head >= q->cq_entries || next == head) {
+            q->cq_full_waits++;
+            return 0;
+        }
+        q->cq_head_seen = head;
     }
     slot = q->cq + 4u * q->cq_tail;
     slot[0] = p->dw0;
@@ -335,9 +352,8 @@ static inline int emu_step(emu_t* e, emu_queue_t* q)
     while (q->sq_head != tail && n < EMU_BATCH) {
         uint32_t c[16], dw0, st;
         uint16_t cid;
-        for (i = 0; i < 16; i++) {
-            c[i] = q->sq[16u * q->sq_head + i];
-        }
+        /* The acquire fence after the doorbell read orders this copy after it. */
+        memcpy(c, (const void*) (q->sq + 16u * q->sq_head), sizeof(c));
         if (++q->sq_head == q->sq_entries) {
             q->sq_head = 0;
         }
@@ -394,7 +410,16 @@ static void* emu_thread(void* arg)
     while (!e->stop) {
         busy = 0;
         for (i = idx; i < e->n_queues; i += e->n_threads) {
-            busy |= emu_step(e, &e->q[i]);
+            struct timespec t0, t1;
+            int b;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            b = emu_step(e, &e->q[i]);
+            if (b) {
+                clock_gettime(CLOCK_MONOTONIC, &t1);
+                e->q[i].busy_ns += (uint64_t) (t1.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t) t1.tv_nsec
+                                   - (uint64_t) t0.tv_nsec;
+            }
+            busy |= b;
         }
         /* Idle for a while: let other threads run (costs nothing when a core is free). */
         if (busy) {

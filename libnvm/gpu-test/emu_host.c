@@ -4,7 +4,11 @@
  * verify run: out of order, 1% injected statuses predicted by the issuer, every payload checked,
  * own-block writes read back, a stuck command timing out and completing late.
  *
- * Usage: emu_host [threads=16] [commands per thread=2000]
+ * Then the controller alone: one CPU thread plays a fast host on one 1024-entry queue (raw ring
+ * accesses, 1-block reads into a 32 MiB buffer area, one doorbell per batch) so the emulator's
+ * own cost per command shows, the ceiling of one controller thread in the GPU benchmark.
+ *
+ * Usage: emu_host [threads=16] [commands per thread=2000] [controller-alone commands=2000000]
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -182,6 +186,70 @@ int main(int argc, char** argv)
         free(b);
     }
     emu_stop(emu);
+
+    /* The controller alone. */
+    {
+        const uint32_t depth = 1024;
+        uint64_t total = argc > 3 ? strtoull(argv[3], NULL, 0) : 2000000ull, sub = 0, done = 0;
+        uint32_t* sq = (uint32_t*) aligned_alloc(4096, depth * 64u);
+        uint32_t* cq = (uint32_t*) aligned_alloc(4096, depth * 16u);
+        uint8_t* area = (uint8_t*) aligned_alloc(4096, 32u << 20);
+        uint32_t tail = 0, head = 0, phase = 1, bad = 0;
+        memset(sq, 0, depth * 64u);
+        memset(cq, 0, depth * 16u);
+        memset(area, 0, 32u << 20);
+        memset(bar, 0, sizeof(bar));
+        emu->out_of_order = 0;
+        emu->inject = 0;
+        emu->release_stuck = 0;
+        emu->n_queues = 0;
+        emu_queue_init(emu, 0, 1, depth, depth, sq, cq, &bar[0x1000 / 4 + 2], &bar[0x1000 / 4 + 3]);
+        emu_start(emu, 1);
+        uint64_t c0 = nvm_pq_now();
+        while (done < total) {
+            uint32_t n = 0;
+            while (sub < total && sub - done < depth - 1 && n < 64) {
+                nvm_cmd_t* c = (nvm_cmd_t*) (sq + 16u * tail);
+                fill_rw(c, 2, sub % 1000000u, 1, (uint64_t) (uintptr_t) (area + (sub % 65536u) * 512u), 0);
+                c->dword[0] |= (uint32_t) (sub % depth) << 16;
+                if (++tail == depth) {
+                    tail = 0;
+                }
+                sub++;
+                n++;
+            }
+            if (n != 0) {
+                __atomic_store_n(&bar[0x1000 / 4 + 2], tail, __ATOMIC_RELEASE);
+            }
+            n = 0;
+            for (;;) {
+                uint32_t dw3 = __atomic_load_n(&cq[4u * head + 3], __ATOMIC_ACQUIRE);
+                if (((dw3 >> 16) & 1u) != phase) {
+                    break;
+                }
+                bad += (dw3 >> 17) != 0;
+                if (++head == depth) {
+                    head = 0;
+                    phase ^= 1u;
+                }
+                done++;
+                n++;
+            }
+            if (n != 0) {
+                __atomic_store_n(&bar[0x1000 / 4 + 3], head, __ATOMIC_RELEASE);
+            }
+        }
+        double secs = (nvm_pq_now() - c0) / 1e9;
+        emu_stop(emu);
+        printf("emu_host: controller alone: %llu reads on one 1024-entry queue, %.3f s, %.2f Mcmd/s; controller busy "
+               "%.0f ns per command (%.0f%% of the run), ceiling %.2f Mcmd/s per controller thread\n",
+               (unsigned long long) total, secs, total / secs / 1e6, (double) emu->q[0].busy_ns / emu->q[0].fetched,
+               100.0 * emu->q[0].busy_ns / 1e9 / secs, emu->q[0].fetched * 1e3 / (double) emu->q[0].busy_ns);
+        EXPECT(bad == 0 && emu->q[0].fetched == total && emu->q[0].cid_conflicts == 0, "controller alone: %u errors", bad);
+        free(sq);
+        free(cq);
+        free(area);
+    }
     if (failures) {
         printf("FAIL: %d\n", failures);
         return 1;
