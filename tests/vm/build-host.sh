@@ -17,6 +17,21 @@ STAGE=$REPO/target/vmstage
 mkdir -p "$STAGE/lib" "$STAGE/bin"
 
 step() { printf '[build-host] %s\n' "$*"; }
+# cpu_now: sets CPU_NOW to the CPU seconds (user + system) of this script's finished children
+# (bash's `times`, in this shell: a $(...) subshell would count its own children only).
+CPU_TIMES=$(mktemp)
+trap 'rm -f "$CPU_TIMES"' EXIT
+cpu_now() {
+	times >"$CPU_TIMES"
+	CPU_NOW=$(awk 'NR == 2 { s = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/)
+		s += a[1] * 60 + a[2] }; printf "%.1f", s }' "$CPU_TIMES")
+}
+# cpu_since: sets CPU_USED to the CPU seconds used since the last cpu_now.
+cpu_since() {
+	local c0=$CPU_NOW
+	cpu_now
+	CPU_USED=$(awk -v a="$CPU_NOW" -v b="$c0" 'BEGIN { printf "%.1f", a - b }')
+}
 
 # Each component that stages its own test binaries has one hook named vm-build.sh in its own
 # directory (it documents what it produces), run with REPO and STAGE set, in this order. Adding
@@ -40,7 +55,10 @@ done
 # --- Rust workspace ------------------------------------------------------------------------
 if [ "${VMTEST_NO_CARGO:-0}" != 1 ]; then
 	step "cargo build --release --workspace"
+	t0=$SECONDS; cpu_now
 	cargo build --release --workspace
+	cpu_since
+	step "cargo build done in $((SECONDS - t0)) s, $CPU_USED s CPU"
 else
 	step "cargo build skipped (VMTEST_NO_CARGO=1)"
 fi
@@ -82,7 +100,8 @@ step "scripts/fetch-cuda-headers"
 "$REPO/scripts/fetch-cuda-headers" >/dev/null
 for hook in "${HOOKS[@]}"; do
 	step "$hook"
-	t0=$SECONDS
+	t0=$SECONDS; cpu_now
 	REPO=$REPO STAGE=$STAGE bash "$REPO/$hook" || { step "ERROR: hook $hook failed"; exit 1; }
-	step "$hook done in $((SECONDS - t0)) s"
+	cpu_since
+	step "$hook done in $((SECONDS - t0)) s, $CPU_USED s CPU"
 done
