@@ -98,6 +98,40 @@ fi
 # CUDA headers first: the tools and the gdsync suite compile against cuda.h.
 step "scripts/fetch-cuda-headers"
 "$REPO/scripts/fetch-cuda-headers" >/dev/null
+
+# --- the suites' own C test programs ---------------------------------------------------------
+# Compiled here, not in the guest: gcc under TCG emulation takes 10-20 times as long, on the
+# VM's critical path. Same compiler and libraries (the guest boots on the host's root file
+# system), same flags as the suites used.
+CUDA_INC=$REPO/.deps/cuda/include
+step "gdrdrv_test (20-gdrdrv)"
+gcc -Wall -Wextra -Werror -O2 -g -pthread -I"$REPO/kmod/gdrdrv" -I"$REPO/kmod/gpusim" \
+	-o "$STAGE/bin/gdrdrv_test" "$REPO/tests/vm/gdrdrv/gdrdrv_test.c"
+# libgdsync's consumers link against the workspace build; in the guest they run with
+# LD_LIBRARY_PATH pointing at the suite's private copy and the staged cudasim.
+GDSYNC_LINK=$STAGE/gdsync-link
+rm -rf "$GDSYNC_LINK"
+mkdir -p "$GDSYNC_LINK"
+ln -s "$REPO/target/release/libgdsync.so" "$GDSYNC_LINK/libgdsync.so"
+ln -s "$REPO/target/release/libcuda.so" "$GDSYNC_LINK/libcuda.so"
+GDSYNC_CF=(-std=gnu11 -Wall -Wextra -Werror -I"$REPO/include" -I"$CUDA_INC")
+step "gdsync stream_suite, bench_poll_lat (30-gdsync)"
+gcc "${GDSYNC_CF[@]}" -O2 -g "$REPO/compat-tests/gdsync/stream_suite.c" -o "$STAGE/bin/gdsync_stream_suite" \
+	-L"$GDSYNC_LINK" -lgdsync -lcuda -lpthread
+gcc "${GDSYNC_CF[@]}" -O2 -g "$REPO/compat-tests/gdsync/bench_poll_lat.c" -o "$STAGE/bin/gdsync_bench_poll_lat" \
+	-L"$GDSYNC_LINK" -lgdsync -lcuda -lm
+if [ -f /usr/include/infiniband/verbs.h ]; then
+	step "verbs_loopback, verbs_loopback_asan (50-gdsync-verbs)"
+	gcc "${GDSYNC_CF[@]}" -O2 -g "$REPO/compat-tests/gdsync/verbs_loopback.c" \
+		-o "$STAGE/bin/verbs_loopback" -L"$GDSYNC_LINK" -lgdsync -libverbs -lcuda -lpthread
+	gcc -std=gnu11 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+		-I"$REPO/include" -I"$CUDA_INC" "$REPO/compat-tests/gdsync/verbs_loopback.c" -o "$STAGE/bin/verbs_loopback_asan" \
+		-L"$GDSYNC_LINK" -lgdsync -libverbs -lcuda -lpthread
+else
+	step "verbs_loopback not built: no libibverbs-dev (50-gdsync-verbs will fail and say so)"
+	rm -f "$STAGE/bin/verbs_loopback" "$STAGE/bin/verbs_loopback_asan"
+fi
+
 for hook in "${HOOKS[@]}"; do
 	step "$hook"
 	t0=$SECONDS; cpu_now
