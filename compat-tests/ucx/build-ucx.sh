@@ -5,10 +5,16 @@
 # (compat-tests/ucx/nvml-stub: UCX's configure insists on nvml.h and -lnvidia-ml, which no wheel
 # ships). Nothing here is installed outside target/.
 #
-#   compat-tests/ucx/build-ucx.sh [--gdr-prefix DIR] [--quiet]
+#   compat-tests/ucx/build-ucx.sh [--gdr-prefix DIR] [--cudasim FILE] [--quiet]
 #
 # --gdr-prefix DIR: our library already installed there (./build.sh install --prefix DIR);
 #                   without it the script runs that install into target/ucx/gdr-prefix.
+# --cudasim FILE:   the libcuda.so (cudasim) UCX links against (default: target/release's);
+#                   scripts/run-tests passes a copy, so that its early background build does
+#                   not read a file a concurrent cargo run may rewrite. The installed tree's
+#                   libcuda.so.1 always points at target/release/libcuda.so.
+# One build at a time: a second run waits for the first (flock on target/ucx/.lock) and then
+# finds its result in the cache.
 # The build is cached in target/ucx/build-KEY, KEY a hash of every input (the UCX source package,
 # this script, the stub, our gdrapi.h/gdrconfig.h, the CUDA wheel version, the compiler), so a
 # second run only checks the key. The library binary is not an input: UCX links it by soname, and
@@ -19,13 +25,15 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
-gdr_prefix="" quiet=0
+gdr_prefix="" quiet=0 cudasim_link=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --gdr-prefix) gdr_prefix=$2; shift 2 ;;
         --gdr-prefix=*) gdr_prefix=${1#*=}; shift ;;
+        --cudasim) cudasim_link=$2; shift 2 ;;
+        --cudasim=*) cudasim_link=${1#*=}; shift ;;
         --quiet) quiet=1; shift ;;
-        -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "build-ucx.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -47,10 +55,14 @@ fi
 [ -f "$gdr_prefix/include/gdrapi.h" ] && [ -e "$gdr_prefix/lib/libgdrapi.so" ] || {
     echo "build-ucx.sh: no gdrapi.h / libgdrapi.so under $gdr_prefix" >&2; exit 1; }
 cudasim="$CARGO_TARGET_DIR/release/libcuda.so"
-if [ ! -f "$cudasim" ]; then
+if [ -n "$cudasim_link" ]; then
+    cudasim_link=$(realpath "$cudasim_link")
+    [ -f "$cudasim_link" ] || { echo "build-ucx.sh: --cudasim $cudasim_link: no such file" >&2; exit 1; }
+elif [ ! -f "$cudasim" ]; then
     say "building cudasim"
     (cd "$top" && cargo build --release --locked -p cudasim) >&2
 fi
+cudasim_link=${cudasim_link:-$cudasim}
 cuda_inc=$("$top/scripts/fetch-cuda-headers")
 cuda_wheel_version="${CUDA_WHEEL_VERSION:-13.5.37}"
 
@@ -78,6 +90,11 @@ key=$( {
     ${CC:-gcc} --version | head -n 1
 } | sha256sum | cut -c1-16)
 build="$base/build-$key"
+exec {lock_fd}>"$base/.lock"
+if ! flock -n "$lock_fd"; then
+    say "another build-ucx.sh is running: waiting for it"
+    flock -w 3600 "$lock_fd" || { echo "build-ucx.sh: $base/.lock not released in an hour" >&2; exit 1; }
+fi
 if [ -f "$build/.complete" ]; then
     say "UCX $ucx_version cached in $build"
 else
@@ -127,21 +144,30 @@ PY
     ${CC:-gcc} -shared -fPIC -O2 -Wall -Wextra -Werror -I"$here/nvml-stub" \
         -Wl,-soname,libnvidia-ml.so.1 -o "$testlibs/libnvidia-ml.so.1" "$here/nvml-stub/nvml_stub.c"
     ln -s "$testlibs/libnvidia-ml.so.1" "$cuda/lib64/libnvidia-ml.so"
-    ln -s "$cudasim" "$cuda/lib64/libcuda.so"
-    ln -s "$cudasim" "$testlibs/libcuda.so.1"
+    ln -s "$cudasim_link" "$cuda/lib64/libcuda.so"
+    ln -s "$cudasim_link" "$testlibs/libcuda.so.1"
 
     (
         cd "$src"
-        say "autogen"
-        ./autogen.sh >"$b/autogen.log" 2>&1 || { tail -n 40 "$b/autogen.log" >&2; exit 1; }
-        say "configure"
-        CPPFLAGS="-I$here/nvml-stub" ./configure --prefix="$build" \
+        # timed LABEL LOG CMD...: CMD with its output appended to LOG; says its wall and CPU time.
+        timed() {
+            local label=$1 log=$2 rc=0 TIMEFORMAT='%R %U %S'
+            shift 2
+            { time "$@" >>"$log" 2>&1 || rc=$?; } 2>"$b/.time"
+            [ "$rc" = 0 ] || { tail -n 60 "$log" >&2; return "$rc"; }
+            say "$label: $(awk '{ printf "%.0f s wall, %.0f s CPU", $1, $2 + $3 }' "$b/.time")"
+        }
+        timed autogen "$b/autogen.log" ./autogen.sh || exit 1
+        # CFLAGS: autoconf's default (-g -O2, which comes after UCX's own -O3 -g on every
+        # compile line, so -O2 is what counts) without debug info: the same code, compiled in
+        # less time, and nothing here debugs UCX.
+        timed configure "$b/configure.log" env CPPFLAGS="-I$here/nvml-stub" CFLAGS="-O2 -g0" \
+            ./configure --prefix="$build" \
             --with-cuda="$cuda" --with-gdrcopy="$gdr_prefix" \
             --without-verbs --without-rdmacm --without-knem --without-xpmem --without-ugni \
             --without-rocm --without-java --without-go --without-fuse3 --without-valgrind \
             --disable-doxygen-doc --disable-numa --disable-examples --without-mpi \
-            --enable-mt --disable-static >"$b/configure.log" 2>&1 ||
-            { tail -n 40 "$b/configure.log" >&2; exit 1; }
+            --enable-mt --disable-static || exit 1
         grep -q '^#define HAVE_CUDA 1' config.h ||
             { echo "build-ucx.sh: configure found no CUDA" >&2; grep -iE 'cuda|nvml' "$b/configure.log" >&2; exit 1; }
         # UCX's configure can end "happy" after a failed cuda_runtime.h check (its nvml.h check
@@ -151,24 +177,22 @@ PY
         grep -q 'uct_cuda_MODULES ":gdrcopy"' config.h ||
             { echo "build-ucx.sh: configure dropped gdr_copy" >&2; grep -i gdr "$b/configure.log" >&2; exit 1; }
         jobs=$(nproc)
-        say "make (-j$jobs)"
         for d in src/ucm src/ucs src/uct src/ucp src/tools/info; do
-            nice -n 10 make -j"$jobs" -C "$d" >>"$b/make.log" 2>&1 ||
-                { tail -n 60 "$b/make.log" >&2; exit 1; }
+            timed "make -j$jobs $d" "$b/make.log" nice -n 10 make -j"$jobs" -C "$d" || exit 1
         done
         for d in src/ucm src/ucs src/uct src/ucp src/tools/info; do
-            make -C "$d" install >>"$b/install.log" 2>&1 || { tail -n 40 "$b/install.log" >&2; exit 1; }
+            timed "make install $d" "$b/install.log" make -C "$d" install || exit 1
         done
     ) || exit 1
     # The installed tree keeps the test libraries; the scratch (source, objects) goes.
     cp -a "$b/prefix/lib/ucx-test-libs" "$build/lib/"
-    # libcuda.so.1 follows the current cudasim build, never a copy from the cache's day.
-    ln -sfn "$cudasim" "$build/lib/ucx-test-libs/libcuda.so.1"
     mv "$b"/*.log "$build/"
     rm -rf "$b"
     touch "$build/.complete"
     say "UCX built in $(( $(date +%s) - t0 )) s"
 fi
+# libcuda.so.1 follows the current cudasim build, never a copy from the cache's day.
+ln -sfn "$cudasim" "$build/lib/ucx-test-libs/libcuda.so.1"
 ln -sfn "$build" "$base/current"
 ls "$build/lib/ucx/libuct_cuda_gdrcopy.so" >/dev/null
 

@@ -17,6 +17,21 @@ STAGE=$REPO/target/vmstage
 mkdir -p "$STAGE/lib" "$STAGE/bin"
 
 step() { printf '[build-host] %s\n' "$*"; }
+# cpu_now: sets CPU_NOW to the CPU seconds (user + system) of this script's finished children
+# (bash's `times`, in this shell: a $(...) subshell would count its own children only).
+CPU_TIMES=$(mktemp)
+trap 'rm -f "$CPU_TIMES"' EXIT
+cpu_now() {
+	times >"$CPU_TIMES"
+	CPU_NOW=$(awk 'NR == 2 { s = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/)
+		s += a[1] * 60 + a[2] }; printf "%.1f", s }' "$CPU_TIMES")
+}
+# cpu_since: sets CPU_USED to the CPU seconds used since the last cpu_now.
+cpu_since() {
+	local c0=$CPU_NOW
+	cpu_now
+	CPU_USED=$(awk -v a="$CPU_NOW" -v b="$c0" 'BEGIN { printf "%.1f", a - b }')
+}
 
 # Each component that stages its own test binaries has one hook named vm-build.sh in its own
 # directory (it documents what it produces), run with REPO and STAGE set, in this order. Adding
@@ -41,7 +56,10 @@ done
 # --- Rust workspace ------------------------------------------------------------------------
 if [ "${VMTEST_NO_CARGO:-0}" != 1 ]; then
 	step "cargo build --release --workspace"
+	t0=$SECONDS; cpu_now
 	cargo build --release --workspace
+	cpu_since
+	step "cargo build done in $((SECONDS - t0)) s, $CPU_USED s CPU"
 else
 	step "cargo build skipped (VMTEST_NO_CARGO=1)"
 fi
@@ -81,9 +99,44 @@ fi
 # CUDA headers first: the tools and the gdsync suite compile against cuda.h.
 step "scripts/fetch-cuda-headers"
 "$REPO/scripts/fetch-cuda-headers" >/dev/null
+
+# --- the suites' own C test programs ---------------------------------------------------------
+# Compiled here, not in the guest: gcc under TCG emulation takes 10-20 times as long, on the
+# VM's critical path. Same compiler and libraries (the guest boots on the host's root file
+# system), same flags as the suites used.
+CUDA_INC=$REPO/.deps/cuda/include
+step "gdrdrv_test (20-gdrdrv)"
+gcc -Wall -Wextra -Werror -O2 -g -pthread -I"$REPO/kmod/gdrdrv" -I"$REPO/kmod/gpusim" \
+	-o "$STAGE/bin/gdrdrv_test" "$REPO/tests/vm/gdrdrv/gdrdrv_test.c"
+# libgdsync's consumers link against the workspace build; in the guest they run with
+# LD_LIBRARY_PATH pointing at the suite's private copy and the staged cudasim.
+GDSYNC_LINK=$STAGE/gdsync-link
+rm -rf "$GDSYNC_LINK"
+mkdir -p "$GDSYNC_LINK"
+ln -s "$REPO/target/release/libgdsync.so" "$GDSYNC_LINK/libgdsync.so"
+ln -s "$REPO/target/release/libcuda.so" "$GDSYNC_LINK/libcuda.so"
+GDSYNC_CF=(-std=gnu11 -Wall -Wextra -Werror -I"$REPO/include" -I"$CUDA_INC")
+step "gdsync stream_suite, bench_poll_lat (30-gdsync)"
+gcc "${GDSYNC_CF[@]}" -O2 -g "$REPO/compat-tests/gdsync/stream_suite.c" -o "$STAGE/bin/gdsync_stream_suite" \
+	-L"$GDSYNC_LINK" -lgdsync -lcuda -lpthread
+gcc "${GDSYNC_CF[@]}" -O2 -g "$REPO/compat-tests/gdsync/bench_poll_lat.c" -o "$STAGE/bin/gdsync_bench_poll_lat" \
+	-L"$GDSYNC_LINK" -lgdsync -lcuda -lm
+if [ -f /usr/include/infiniband/verbs.h ]; then
+	step "verbs_loopback, verbs_loopback_asan (50-gdsync-verbs)"
+	gcc "${GDSYNC_CF[@]}" -O2 -g "$REPO/compat-tests/gdsync/verbs_loopback.c" \
+		-o "$STAGE/bin/verbs_loopback" -L"$GDSYNC_LINK" -lgdsync -libverbs -lcuda -lpthread
+	gcc -std=gnu11 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+		-I"$REPO/include" -I"$CUDA_INC" "$REPO/compat-tests/gdsync/verbs_loopback.c" -o "$STAGE/bin/verbs_loopback_asan" \
+		-L"$GDSYNC_LINK" -lgdsync -libverbs -lcuda -lpthread
+else
+	step "verbs_loopback not built: no libibverbs-dev (50-gdsync-verbs will fail and say so)"
+	rm -f "$STAGE/bin/verbs_loopback" "$STAGE/bin/verbs_loopback_asan"
+fi
+
 for hook in "${HOOKS[@]}"; do
 	step "$hook"
-	t0=$SECONDS
+	t0=$SECONDS; cpu_now
 	REPO=$REPO STAGE=$STAGE bash "$REPO/$hook" || { step "ERROR: hook $hook failed"; exit 1; }
-	step "$hook done in $((SECONDS - t0)) s"
+	cpu_since
+	step "$hook done in $((SECONDS - t0)) s, $CPU_USED s CPU"
 done

@@ -112,6 +112,9 @@ fi
 
 # --- suites --------------------------------------------------------------------------------
 klog_mark() { dmesg | wc -l; }
+# Busy CPU time of the whole guest (user, nice, system, irq, softirq; /proc/stat, in USER_HZ =
+# 1/100 s): under TCG this is what a suite costs the host, whatever else shares the host's cores.
+cpu_busy() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat; }
 klog_since() { dmesg | tail -n +"$(($1 + 1))"; }
 
 RAN=0
@@ -124,10 +127,13 @@ if [ ${#FAILED[@]} -eq 0 ]; then
 		RAN=$((RAN + 1))
 		log "SUITE START $name"
 		mark=$(klog_mark)
+		c0=$(cpu_busy)
 		t0=$(date +%s)
 		timeout -k 10 "$SUITE_TIMEOUT" bash "$suite" 2>&1 | tee "$VMTEST_OUT/$name.log"
 		rc=${PIPESTATUS[0]}
 		dt=$(($(date +%s) - t0))
+		dc=$(($(cpu_busy) - c0))
+		printf 'SUITE TIME %s %ss wall, %d.%02ds guest CPU\n' "$name" "$dt" $((dc / 100)) $((dc % 100))
 		bad=$(klog_since "$mark" | grep -E "$BAD_KLOG")
 		if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
 			echo "SUITE FAIL $name (timed out after ${SUITE_TIMEOUT}s)"

@@ -24,13 +24,10 @@ step() { echo "--- gdrdrv: $*"; }
 [ -f "$KO" ] || fail "missing $KO (built by scripts/vmtest)"
 [ -e /dev/gpusim ] || fail "/dev/gpusim missing: gpusim not loaded"
 grep -q '^gdrdrv ' /proc/modules || fail "gdrdrv is not loaded"
-command -v gcc >/dev/null || fail "gcc not visible in the guest"
-
-# The repository is read-only in the guest: build the test program in a scratch directory.
+# Built on the host by tests/vm/build-host.sh from $SRC.
+BIN=$STAGE_BIN/gdrdrv_test
+[ -x "$BIN" ] || fail "missing $BIN (tests/vm/build-host.sh builds it from $SRC)"
 WORK=$(mktemp -d /tmp/gdrdrv-suite.XXXXXX)
-BIN=$WORK/gdrdrv_test
-gcc -Wall -Wextra -Werror -O2 -g -pthread -I"$GDIR" -I"$REPO/kmod/gpusim" -o "$BIN" "$SRC" ||
-	fail "cannot compile $SRC"
 
 restore() {
 	local rc=$?

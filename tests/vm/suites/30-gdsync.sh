@@ -6,13 +6,11 @@
 # (gds_alloc_mapped_memory(GDS_MEMORY_GPU): cuMemAlloc + gdr_pin_buffer/gdr_map through our
 # libgdrapi and gdrdrv) that cannot run outside the VM. Then the same under GDS_DISABLE_WAIT_NOR=0
 # and the latency benchmark as a smoke test (no timings are judged here: TCG emulation is slow).
-# Built in a scratch directory with the guest's gcc against include/, the host's cuda.h
-# (.deps/cuda/include, from compat-tests/gdsync/fetch-cuda-headers.sh) and libibverbs-dev.
+# The programs are built on the host by tests/vm/build-host.sh against include/ and the CUDA
+# headers (.deps/cuda/include).
 set -uo pipefail
 
-CT=$REPO/compat-tests/gdsync
 LIBGDSYNC=$REPO/target/release/libgdsync.so
-CUDA_INC=$REPO/.deps/cuda/include
 
 die() { echo "gdsync suite FAIL: $*"; exit 1; }
 failures=()
@@ -20,10 +18,11 @@ fail() { echo "not ok - $*"; failures+=("$*"); }
 pass() { echo "ok - $*"; }
 
 [ -f "$LIBGDSYNC" ] || die "missing $LIBGDSYNC (cargo build --release)"
-[ -f "$CUDA_INC/cuda.h" ] || die "missing $CUDA_INC/cuda.h (compat-tests/gdsync/fetch-cuda-headers.sh on the host)"
 [ -e "$STAGE_LIB/libcuda.so.1" ] || die "missing $STAGE_LIB/libcuda.so.1 (cudasim staged by build-host.sh)"
 [ -c /dev/gpusim ] || die "/dev/gpusim missing: gpusim not loaded"
-command -v gcc >/dev/null || die "gcc not visible in the guest"
+for p in gdsync_stream_suite gdsync_bench_poll_lat; do
+	[ -x "$STAGE_BIN/$p" ] || die "missing $STAGE_BIN/$p (tests/vm/build-host.sh)"
+done
 
 WORK=$(mktemp -d /tmp/gdsync-suite.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
@@ -31,11 +30,8 @@ mkdir -p "$WORK/lib"
 ln -s "$LIBGDSYNC" "$WORK/lib/libgdsync.so.2"
 ln -s "$LIBGDSYNC" "$WORK/lib/libgdsync.so"
 ln -s "$STAGE_LIB/libcuda.so.1" "$WORK/lib/libcuda.so"
-CF=(-std=gnu11 -O2 -g -Wall -Wextra -Werror -I"$REPO/include" -I"$CUDA_INC")
-gcc "${CF[@]}" "$CT/stream_suite.c" -o "$WORK/stream_suite" -L"$WORK/lib" -lgdsync -lcuda -lpthread ||
-	die "cannot compile stream_suite.c"
-gcc "${CF[@]}" "$CT/bench_poll_lat.c" -o "$WORK/bench_poll_lat" -L"$WORK/lib" -lgdsync -lcuda -lm ||
-	die "cannot compile bench_poll_lat.c"
+ln -s "$STAGE_BIN/gdsync_stream_suite" "$WORK/stream_suite"
+ln -s "$STAGE_BIN/gdsync_bench_poll_lat" "$WORK/bench_poll_lat"
 export LD_LIBRARY_PATH=$WORK/lib:$STAGE_LIB
 
 run_suite() { # <label> [env...]

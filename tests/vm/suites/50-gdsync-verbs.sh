@@ -11,11 +11,9 @@
 # thread is inside the library); then again, with smaller counts, built with ASan/UBSan (leak
 # check at exit); then a proxy-thread failure (injected panic: stream waits released, EIO
 # afterwards, no hang).
-# Built in the guest with gcc against include/, the host's cuda.h and libibverbs-dev, like 30-gdsync.
+# Built on the host by tests/vm/build-host.sh (against include/, the CUDA headers and
+# libibverbs-dev), like 30-gdsync's programs.
 set -uo pipefail
-
-CT=$REPO/compat-tests/gdsync
-CUDA_INC=$REPO/.deps/cuda/include
 
 die() { echo "gdsync-verbs suite FAIL: $*"; cleanup; exit 1; }
 RXE_ADDED=0
@@ -31,11 +29,11 @@ cleanup() {
 }
 
 [ -f "$REPO/target/release/libgdsync.so" ] || die "missing target/release/libgdsync.so (cargo build --release)"
-[ -f "$CUDA_INC/cuda.h" ] || die "missing $CUDA_INC/cuda.h (compat-tests/gdsync/fetch-cuda-headers.sh on the host)"
 [ -e "$STAGE_LIB/libcuda.so.1" ] || die "missing $STAGE_LIB/libcuda.so.1 (cudasim staged by build-host.sh)"
-command -v gcc >/dev/null || die "gcc not visible in the guest"
 command -v rdma >/dev/null || die "the rdma tool (iproute2) is missing"
-[ -f /usr/include/infiniband/verbs.h ] || die "libibverbs-dev is missing"
+for p in verbs_loopback verbs_loopback_asan; do
+	[ -x "$STAGE_BIN/$p" ] || die "missing $STAGE_BIN/$p (tests/vm/build-host.sh; it needs libibverbs-dev)"
+done
 
 WORK=$(mktemp -d /tmp/gdsync-verbs.XXXXXX)
 mkdir -p "$WORK/lib"
@@ -43,11 +41,7 @@ mkdir -p "$WORK/lib"
 cp "$REPO/target/release/libgdsync.so" "$WORK/lib/libgdsync.so.2"
 ln -s libgdsync.so.2 "$WORK/lib/libgdsync.so"
 ln -s "$STAGE_LIB/libcuda.so.1" "$WORK/lib/libcuda.so"
-gcc -std=gnu11 -O2 -g -Wall -Wextra -Werror -I"$REPO/include" -I"$CUDA_INC" "$CT/verbs_loopback.c" \
-	-o "$WORK/verbs_loopback" -L"$WORK/lib" -lgdsync -libverbs -lcuda -lpthread || die "cannot compile verbs_loopback.c"
-gcc -std=gnu11 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -I"$REPO/include" -I"$CUDA_INC" \
-	"$CT/verbs_loopback.c" -o "$WORK/verbs_loopback_asan" -L"$WORK/lib" -lgdsync -libverbs -lcuda -lpthread ||
-	die "cannot compile verbs_loopback.c with ASan/UBSan"
+ln -s "$STAGE_BIN/verbs_loopback" "$STAGE_BIN/verbs_loopback_asan" "$WORK/"
 export LD_LIBRARY_PATH=$WORK/lib:$STAGE_LIB
 
 ip link set lo up
