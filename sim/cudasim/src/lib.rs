@@ -44,6 +44,8 @@ mod procaddr;
 mod stream;
 pub mod stubs;
 mod sys;
+#[cfg(test)]
+mod test_util;
 pub mod types;
 
 pub use capi::*;

@@ -35,6 +35,7 @@
 
 #include "gdrdrv.h"
 #include "gpusim_uapi.h"
+#include "../lib/check.h"
 
 #define GPAGE 0x10000ULL
 #define GDRDRV_PATH "/dev/gdrdrv"
@@ -67,28 +68,6 @@ _Static_assert(GDRDRV_VERSION == 0x00020006 && MINIMUM_GDR_API_VERSION == 0x0002
 static const char *cur_test;
 static bool persistent;		/* mode the module is expected to run in */
 static long page_size;
-
-#define FAIL(...) do { \
-		fprintf(stderr, "not ok - %s: %s:%d: ", cur_test, __FILE__, __LINE__); \
-		fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); \
-		return -1; } while (0)
-#define CHECK(cond, ...) do { if (!(cond)) { \
-		fprintf(stderr, "not ok - %s: %s:%d: `%s` is false: ", cur_test, __FILE__, \
-			__LINE__, #cond); \
-		fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); \
-		return -1; } } while (0)
-/* A call that must fail with errno e. */
-#define CHECK_ERR(expr, e) do { errno = 0; long r_ = (long)(expr); \
-		if (r_ != -1 || errno != (e)) \
-			FAIL("`%s` returned %ld errno %d (%s), expected errno %d (%s)", #expr, r_, \
-			     errno, strerror(errno), (e), strerror(e)); } while (0)
-/* A call that must succeed (return >= 0). */
-#define CHECK_OK(expr) do { errno = 0; long r_ = (long)(expr); \
-		if (r_ < 0) FAIL("`%s` failed: %s", #expr, strerror(errno)); } while (0)
-/* A helper returning 0 or an errno value; it must return the expected value. */
-#define CHECK_RET(expr, e) do { int r_ = (expr); if (r_ != (e)) \
-		FAIL("`%s` gave %d (%s), expected %d (%s)", #expr, r_, strerror(r_), (e), \
-		     strerror(e)); } while (0)
 
 /* ---- /dev/gpusim ------------------------------------------------------------------------- */
 

@@ -30,28 +30,12 @@
 
 #include "gpusim_uapi.h"
 #include "p2ptest.h"
+#include "../lib/check.h"
 
 #define GPAGE 0x10000ULL
 
 static int failures;
 static const char *cur_test;
-
-#define FAIL(...) do { \
-		fprintf(stderr, "not ok - %s: %s:%d: ", cur_test, __FILE__, __LINE__); \
-		fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); \
-		return -1; } while (0)
-#define CHECK(cond, ...) do { if (!(cond)) { \
-		fprintf(stderr, "not ok - %s: %s:%d: check `%s` failed: ", cur_test, __FILE__, \
-			__LINE__, #cond); \
-		fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); \
-		return -1; } } while (0)
-/* ioctl/syscall expected to fail with errno e */
-#define CHECK_ERR(expr, e) do { errno = 0; long r_ = (long)(expr); \
-		if (r_ != -1 || errno != (e)) \
-			FAIL("`%s` returned %ld errno %d (%s), expected errno %d (%s)", #expr, r_, \
-			     errno, strerror(errno), (e), strerror(e)); } while (0)
-#define CHECK_OK(expr) do { errno = 0; long r_ = (long)(expr); \
-		if (r_ < 0) FAIL("`%s` failed: %s", #expr, strerror(errno)); } while (0)
 
 static int gs_open(void)
 {

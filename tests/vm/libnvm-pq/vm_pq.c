@@ -40,6 +40,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define CHECK_REPORT_LIMIT 20   /* failures printed; the rest are only counted */
+#include "../lib/check.h"
+
 #define PATTERN_TAG (0xA5ULL << 56)
 #define WRITE_MUL   0x9E3779B97F4A7C15ULL
 #define PS          4096u
@@ -51,29 +54,8 @@
 #define MAX_THREADS 128
 #define ERR_EVERY   50u
 
-static int failures;
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int pagemap = -1;
 static FILE* writes;
-
-static void report(int ok, const char* fmt, ...)
-{
-    va_list ap;
-    pthread_mutex_lock(&lock);
-    if (!ok) {
-        failures++;
-    }
-    if (ok || failures <= 20) {
-        fputs(ok ? "ok - " : "not ok - ", stdout);
-        va_start(ap, fmt);
-        vprintf(fmt, ap);
-        va_end(ap);
-        fputc('\n', stdout);
-        fflush(stdout);
-    }
-    pthread_mutex_unlock(&lock);
-}
-#define FAIL(...) report(0, __VA_ARGS__)
 
 static uint64_t phys(const void* va)
 {
@@ -165,7 +147,7 @@ static void do_read(struct worker* w, int own)
     r = nvm_pq_read(pick(w), lba, (uint16_t) nb, pages, np, nvm_pq_deadline(30ull * 1000000000ull));
     w->cmds++;
     if (!nvm_pq_ok(r)) {
-        FAIL("thread %u: read lba %llu x%u: err %d sct %u sc 0x%x", w->tid, (unsigned long long) lba, nb, r.err, r.sct,
+        NOT_OK("thread %u: read lba %llu x%u: err %d sct %u sc 0x%x", w->tid, (unsigned long long) lba, nb, r.err, r.sct,
              r.sc);
         return;
     }
@@ -173,14 +155,14 @@ static void do_read(struct worker* w, int own)
         uint64_t got, want = expect_word(w, lba * BS + i);
         memcpy(&got, w->buf + off + i, 8);
         if (got != want) {
-            FAIL("thread %u: read lba %llu word %u: 0x%016llx, want 0x%016llx", w->tid, (unsigned long long) lba, i / 8,
+            NOT_OK("thread %u: read lba %llu word %u: 0x%016llx, want 0x%016llx", w->tid, (unsigned long long) lba, i / 8,
                  (unsigned long long) got, (unsigned long long) want);
             return;
         }
     }
     for (i = 0; i < 2 * PS; i++) {
         if ((i < off || i >= off + nb * BS) && w->buf[i] != 0xEE) {
-            FAIL("thread %u: byte %u outside the transfer overwritten", w->tid, i);
+            NOT_OK("thread %u: byte %u outside the transfer overwritten", w->tid, i);
             return;
         }
     }
@@ -201,7 +183,7 @@ static void do_write(struct worker* w, unsigned iter)
     r = nvm_pq_write(pick(w), lba, (uint16_t) nb, pages, np, nvm_pq_deadline(30ull * 1000000000ull));
     w->cmds++;
     if (!nvm_pq_ok(r)) {
-        FAIL("thread %u: write: err %d sct %u sc 0x%x", w->tid, r.err, r.sct, r.sc);
+        NOT_OK("thread %u: write: err %d sct %u sc 0x%x", w->tid, r.err, r.sct, r.sc);
         return;
     }
     for (i = 0; i < nb; i++) {
@@ -234,7 +216,7 @@ static void do_err(struct worker* w)
     r = nvm_pq_submit(pick(w), &cmd, nvm_pq_deadline(30ull * 1000000000ull), NULL, 0);
     w->cmds++;
     if (!(r.err == 0 && r.sct == 0 && r.sc == want_sc[kind] && r.dnr == 1)) {
-        FAIL("thread %u: error kind %u: err %d sct %u sc 0x%x dnr %u, want sc 0x%x dnr 1", w->tid, kind, r.err, r.sct,
+        NOT_OK("thread %u: error kind %u: err %d sct %u sc 0x%x dnr %u, want sc 0x%x dnr 1", w->tid, kind, r.err, r.sct,
              r.sc, r.dnr, want_sc[kind]);
     }
 }
@@ -254,7 +236,7 @@ static void* worker_main(void* arg)
             nvm_pq_status_t r = nvm_pq_flush(pick(w), nvm_pq_deadline(30ull * 1000000000ull));
             w->cmds++;
             if (!nvm_pq_ok(r)) {
-                FAIL("thread %u: flush: err %d sc 0x%x", w->tid, r.err, r.sc);
+                NOT_OK("thread %u: flush: err %d sc 0x%x", w->tid, r.err, r.sc);
             }
         } else {
             do_read(w, 0);
@@ -289,9 +271,9 @@ static uint64_t run_workers(struct ctx* c, struct worker* ws, const char* phase)
         out += c->q[i].state->ticket - c->q[i].state->released;
     }
     double secs = (nvm_pq_now() - t0) / 1e9;
-    report(failures == 0, "%s: %u threads x %u ops, %llu commands in %.2f s (%.0f/s), verified", phase, c->threads,
+    check_report(check_failures == 0, "%s: %u threads x %u ops, %llu commands in %.2f s (%.0f/s), verified", phase, c->threads,
            c->ops, (unsigned long long) (after - before), secs, (after - before) / secs);
-    report(completions - comp0 == after - before && stray == 0 && out == 0,
+    check_report(completions - comp0 == after - before && stray == 0 && out == 0,
            "%s: every command completed exactly once (%llu completions, %llu stray, %llu credits out)", phase,
            (unsigned long long) (completions - comp0), (unsigned long long) stray, (unsigned long long) out);
     return after - before;
@@ -360,14 +342,14 @@ int main(int argc, char** argv)
         if (rc == 0) {
             rc = nvm_aq_create(&c.ref, ctrl, win);
         }
-        report(rc == 0, "admin queue on resource0 + pagemap: %s", nvm_strerror(rc));
+        check_report(rc == 0, "admin queue on resource0 + pagemap: %s", nvm_strerror(rc));
         if (rc != 0) {
             return 1;
         }
         struct nvm_ns_info ns;
         rc = nvm_admin_ns_info(c.ref, &ns, 1, am + 2 * PS, a[2]);
         c.disk_blocks = ns.size;
-        report(rc == 0 && ns.lba_data_size == BS && ns.size > W_BASE + MAX_THREADS * W_PER, "namespace 1: %llu blocks",
+        check_report(rc == 0 && ns.lba_data_size == BS && ns.size > W_BASE + MAX_THREADS * W_PER, "namespace 1: %llu blocks",
                (unsigned long long) ns.size);
     }
     for (i = 0; i < N_Q; i++) {
@@ -385,7 +367,7 @@ int main(int argc, char** argv)
         m->sq_db = (volatile uint32_t*) (bar + 0x1000 + (2 * (i + 1)) * (4u << ctrl->dstrd));
         m->cq_db = (volatile uint32_t*) (bar + 0x1000 + (2 * (i + 1) + 1) * (4u << ctrl->dstrd));
         rc = nvm_pq_host_create(c.ref, ctrl, (uint16_t) (i + 1), 1, sq_sizes[i], cq_sizes[i], m, &c.q[i]);
-        report(rc == 0, "nvm_pq_host_create qid %u (SQ %u, CQ %u entries): %s", i + 1, sq_sizes[i], cq_sizes[i],
+        check_report(rc == 0, "nvm_pq_host_create qid %u (SQ %u, CQ %u entries): %s", i + 1, sq_sizes[i], cq_sizes[i],
                nvm_strerror(rc));
         if (rc != 0) {
             return 1;
@@ -421,11 +403,11 @@ int main(int argc, char** argv)
             to += sa[i].r.err == NVM_PQ_ETIME;
             late += sa[i].took < 200000000ull || sa[i].took > 1200000000ull;
         }
-        report(to == c.threads && late == 0, "lost doorbell: %u of %u waiters timed out, %u outside [200 ms, 1.2 s]",
+        check_report(to == c.threads && late == 0, "lost doorbell: %u of %u waiters timed out, %u outside [200 ms, 1.2 s]",
                to, c.threads, late);
         for (i = 0; i < N_Q; i++) {
             rc = nvm_pq_host_reset(c.ref, &c.q[i], &c.mem[i]);
-            report(rc == 0 && c.q[i].state->ticket == 0, "nvm_pq_host_reset qid %u: %s", i + 1, nvm_strerror(rc));
+            check_report(rc == 0 && c.q[i].state->ticket == 0, "nvm_pq_host_reset qid %u: %s", i + 1, nvm_strerror(rc));
         }
     }
     c.ops = c.ops / 4 < ERR_EVERY ? ERR_EVERY : c.ops / 4;
@@ -443,13 +425,13 @@ int main(int argc, char** argv)
     fclose(writes);
     for (i = 0; i < N_Q; i++) {
         rc = nvm_pq_host_delete(c.ref, &c.q[i]);
-        report(rc == 0, "delete queue pair %u: %s", i + 1, nvm_strerror(rc));
+        check_report(rc == 0, "delete queue pair %u: %s", i + 1, nvm_strerror(rc));
     }
     nvm_aq_destroy(c.ref);
     nvm_dma_unmap(win);
     nvm_ctrl_free(ctrl);
-    if (failures) {
-        printf("not ok - vm_pq: %d failure(s)\n", failures);
+    if (check_failures) {
+        printf("not ok - vm_pq: %d failure(s)\n", check_failures);
         return 1;
     }
     printf("ok - vm_pq: nvm_pq on %u CPU threads against QEMU NVMe\n", c.threads);

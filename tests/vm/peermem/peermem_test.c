@@ -27,6 +27,7 @@
 
 #include "gpusim_uapi.h"
 #include "peermem_host_uapi.h"
+#include "../lib/check.h"
 
 #define GPAGE 0x10000ULL
 #define CPAGE 0x1000ULL
@@ -35,16 +36,6 @@
 
 static const char *cur_test;
 static int gfd, hfd;
-
-#define FAIL(...) do { \
-		fprintf(stderr, "not ok - %s: %s:%d: ", cur_test, __FILE__, __LINE__); \
-		fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); \
-		return -1; } while (0)
-#define CHECK(cond, ...) do { if (!(cond)) { \
-		fprintf(stderr, "not ok - %s: %s:%d: check `%s` failed: ", cur_test, __FILE__, \
-			__LINE__, #cond); \
-		fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); \
-		return -1; } } while (0)
 
 static uint64_t rnd(void)
 {

@@ -32,10 +32,9 @@
 #include <rdma/rdma_user_ioctl_cmds.h>
 
 #include "gpusim_uapi.h"
+#include "../lib/check.h"
 
 #define LEN (256 * 1024)
-
-static int failures;
 
 static void answer(const char *way, int ok, int err, const int want[2])
 {
@@ -45,16 +44,12 @@ static void answer(const char *way, int ok, int err, const int want[2])
 		printf("answer %s: ok\n", way);
 	else
 		printf("answer %s: errno %d (%s)\n", way, err, strerror(err));
-	if (!ok && err == 0) {
-		printf("not ok - %s: failed without an errno (a hidden refusal)\n", way);
-		failures++;
-	} else if (got != want[0] && got != want[1]) {
-		printf("not ok - %s: expected %s%d (or %d)\n", way, want[0] ? "errno " : "success ", want[0],
-		       want[1]);
-		failures++;
-	} else {
-		printf("ok - %s\n", way);
-	}
+	if (!ok && err == 0)
+		NOT_OK("%s: failed without an errno (a hidden refusal)", way);
+	else if (got != want[0] && got != want[1])
+		NOT_OK("%s: expected %s%d (or %d)", way, want[0] ? "errno " : "success ", want[0], want[1]);
+	else
+		check_report(1, "%s", way);
 }
 
 /* One uverbs ioctl: header plus attributes. */
@@ -94,7 +89,7 @@ static int builder_works(struct ibv_context *ctx)
 	struct uv_cmd c;
 
 	if (ibv_query_port(ctx, 1, &pa)) {
-		printf("not ok - ibv_query_port: %s\n", strerror(errno));
+		NOT_OK("ibv_query_port: %s", strerror(errno));
 		return 0;
 	}
 	memset(&resp, 0xa5, sizeof(resp));
@@ -102,15 +97,15 @@ static int builder_works(struct ibv_context *ctx)
 	uv_attr(&c, UVERBS_ATTR_QUERY_PORT_PORT_NUM, sizeof(uint64_t), 1);
 	uv_attr(&c, UVERBS_ATTR_QUERY_PORT_RESP, sizeof(resp), (uintptr_t)&resp);
 	if (uv_call(ctx, &c)) {
-		printf("not ok - raw QUERY_PORT ioctl: %s\n", strerror(errno));
+		NOT_OK("raw QUERY_PORT ioctl: %s", strerror(errno));
 		return 0;
 	}
 	if (resp.legacy_resp.gid_tbl_len != (uint32_t)pa.gid_tbl_len ||
 	    resp.legacy_resp.state != pa.state || resp.legacy_resp.max_mtu != pa.max_mtu) {
-		printf("not ok - raw QUERY_PORT disagrees with ibv_query_port\n");
+		NOT_OK("raw QUERY_PORT disagrees with ibv_query_port");
 		return 0;
 	}
-	printf("ok - the uverbs ioctl builder (QUERY_PORT matches ibv_query_port)\n");
+	check_report(1, "the uverbs ioctl builder (QUERY_PORT matches ibv_query_port)");
 	return 1;
 }
 
@@ -150,18 +145,18 @@ int main(int argc, char **argv)
 	/* GPU memory and its dma-buf, as cudasim gets it for cuMemGetHandleForAddressRange. */
 	gfd = open(GPUSIM_DEVICE_PATH, O_RDWR | O_CLOEXEC);
 	if (gfd < 0 || ioctl(gfd, GPUSIM_IOC_ALLOC, &al)) {
-		printf("not ok - gpusim allocation: %s\n", strerror(errno));
+		NOT_OK("gpusim allocation: %s", strerror(errno));
 		return 1;
 	}
 	ex.gpu_va = al.gpu_va;
 	ex.size = LEN;
 	if (ioctl(gfd, GPUSIM_IOC_EXPORT_DMABUF, &ex)) {
-		printf("not ok - gpusim dma-buf export: %s\n", strerror(errno));
+		NOT_OK("gpusim dma-buf export: %s", strerror(errno));
 		return 1;
 	}
 	cpu = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED, ex.fd, 0);
 	if (cpu == MAP_FAILED) {
-		printf("not ok - mmap of the dma-buf (needs gpusim dmabuf_mmap=1): %s\n", strerror(errno));
+		NOT_OK("mmap of the dma-buf (needs gpusim dmabuf_mmap=1): %s", strerror(errno));
 		return 1;
 	}
 
@@ -170,12 +165,12 @@ int main(int argc, char **argv)
 		if (!strcmp(ibv_get_device_name(list[i]), devname))
 			ctx = ibv_open_device(list[i]);
 	if (!ctx) {
-		printf("not ok - RDMA device %s not found or not openable\n", devname);
+		NOT_OK("RDMA device %s not found or not openable", devname);
 		return 1;
 	}
 	pd = ibv_alloc_pd(ctx);
 	if (!pd) {
-		printf("not ok - ibv_alloc_pd: %s\n", strerror(errno));
+		NOT_OK("ibv_alloc_pd: %s", strerror(errno));
 		return 1;
 	}
 	/* The device works: ordinary host memory registers. */
@@ -184,7 +179,7 @@ int main(int argc, char **argv)
 		struct ibv_mr *hmr = ibv_reg_mr(pd, host, 4096, IBV_ACCESS_LOCAL_WRITE);
 
 		if (!hmr) {
-			printf("not ok - ibv_reg_mr of host memory: %s\n", strerror(errno));
+			NOT_OK("ibv_reg_mr of host memory: %s", strerror(errno));
 			return 1;
 		}
 		ibv_dereg_mr(hmr);
@@ -221,8 +216,6 @@ int main(int argc, char **argv)
 		answer("kernel UVERBS_METHOD_REG_DMABUF_MR", rc == 0, errno, want[1]);
 		if (rc == 0)
 			printf("# the kernel registered it: lkey 0x%x rkey 0x%x (freed with the context)\n", lkey, rkey);
-	} else {
-		failures++;
 	}
 
 	/* 3. The CPU mapping of the dma-buf: PFN memory without struct pages. */
@@ -238,6 +231,6 @@ int main(int argc, char **argv)
 	munmap(cpu, LEN);
 	close(ex.fd);
 	close(gfd);
-	printf("reg_dmabuf_mr: %d failure(s)\n", failures);
-	return failures ? 1 : 0;
+	printf("reg_dmabuf_mr: %d failure(s)\n", check_failures);
+	return check_failures ? 1 : 0;
 }
