@@ -19,6 +19,16 @@
 set -uo pipefail
 
 FAILS=()
+# Guest CPU time (all vCPUs, user+nice+system+irq+softirq) and wall time of the whole suite,
+# printed at the end: under TCG the guest's CPU time is what the suite costs the host.
+cpu_jiffies() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat; }
+SUITE_CPU0=${SUITE_CPU0:-$(cpu_jiffies)}
+SUITE_T0=${SUITE_T0:-$(cut -d' ' -f1 /proc/uptime)}
+export SUITE_CPU0 SUITE_T0
+suite_cost() {
+	awk -v c0="$SUITE_CPU0" -v c1="$(cpu_jiffies)" -v t0="$SUITE_T0" -v t1="$(cut -d' ' -f1 /proc/uptime)" \
+		-v hz="$(getconf CLK_TCK)" 'BEGIN { printf "packages: suite cost: guest CPU %.0f s, wall %.0f s\n", (c1 - c0) / hz, t1 - t0 }'
+}
 step() { echo "--- packages: $*"; }
 bad() { FAILS+=("$*"); echo "packages: FAIL: $*"; }
 die() { echo "packages suite FAIL: $*"; exit 1; }
@@ -100,6 +110,7 @@ finish() {
 	local rc=$?
 	stop_ns_udevd
 	restore_tree_gdrdrv || rc=1
+	suite_cost
 	exit "$rc"
 }
 trap finish EXIT
