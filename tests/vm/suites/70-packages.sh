@@ -255,7 +255,8 @@ step "libnvm helper module (libnvm-dkms)"
 alias=$(cat "/sys/bus/pci/devices/$NVME_BDF/modalias" 2>/dev/null)
 if [ -n "$alias" ]; then
 	modprobe -R "$alias" 2>/dev/null | grep -qx libnvm || bad "depmod did not index libnvm's PCI alias ($alias)"
-	modprobe -b -R "$alias" 2>/dev/null | grep -qx libnvm && bad "libnvm's alias is not blacklisted: udev would load it for $NVME_BDF"
+	# modprobe -R ignores -b; kmod's configuration dump shows what udev's lookup filters out.
+	modprobe -c 2>/dev/null | grep -qx 'blacklist libnvm' || bad "libnvm is not blacklisted in kmod's configuration: udev would load it for $NVME_BDF"
 else
 	bad "no modalias for the NVMe controller '$NVME_BDF'"
 fi
