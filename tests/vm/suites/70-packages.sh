@@ -1,35 +1,62 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# Suite: the Debian packages, installed and used the way a user would (issue 12).
+# Suite: the Debian packages, installed and used the way a user would (issues 12, 32, 34).
 #
-# The .debs come from packaging/build-debs, staged by tests/vm/build-host.sh into
-# target/vmstage/debs. Inside a private mount namespace whose /usr, /etc and /var are overlays
-# over tmpfs (virtme-ng shares the host's root with the guest; nothing written here may reach
-# it, and nothing outlives the suite even in the guest), this suite
-#   1. unloads the tree's gdrdrv (loaded by guest.sh) and removes /dev/gdrdrv;
-#   2. installs every package with dpkg -i: DKMS builds gdrdrv for the guest kernel, the
-#      postinst loads it, and udev (or the packaged helper where udevd is not running) makes
-#      /dev/gdrdrv: char, the registered major, minor 0, mode 0666;
-#   3. runs the packaged gdrcopy_sanity (libgdrapi2 from the package, cudasim as libcuda) and
+# The .debs come from packaging/build-debs, staged by packaging/vm-build.sh into
+# target/vmstage/debs, with one DKMS archive per kernel module in target/vmstage/dkms: DKMS
+# itself, run on the host by packaging/dkms-prebuild on the packaged source trees for this
+# kernel (the compile under TCG took minutes). Inside a private mount namespace whose /usr,
+# /etc and /var are overlays over tmpfs (virtme-ng shares the host's root with the guest;
+# nothing written here may reach it, and nothing outlives the suite even in the guest), this
+# suite
+#   1. unloads the tree's gdrdrv (loaded by guest.sh) and removes /dev/gdrdrv; loads the
+#      test-only peer-memory core (peermem_host) that nv_peer_mem needs;
+#   2. checks that each DKMS archive holds exactly the packaged source tree and a module for
+#      this kernel, and puts it where the DKMS postinst looks for binary modules
+#      (/usr/share/NAME-dkms/NAME-VERSION.dkms.tar.gz);
+#   3. installs every package with dpkg -i: each postinst loads its archive with dkms ldtarball
+#      and runs dkms install (no compile here), the gdrdrv postinst loads gdrdrv and udev (or the
+#      packaged helper where udevd is not running) makes /dev/gdrdrv: char, the registered
+#      major, minor 0, mode 0666; the nv_peer_mem postinst loads it and it registers its
+#      clients nv_mem and nv_mem_nc; libnvm is not loaded by its package (it would take every
+#      free NVMe controller) and its PCI alias is blacklisted; modprobe libnvm loads the DKMS one;
+#   4. runs the packaged gdrcopy_sanity (libgdrapi2 from the package, cudasim as libcuda) and
 #      the packaged gdrcopy_diag (must exit 0 through gdrdrv; its output is kept in VMTEST_OUT);
-#   4. purges every package and checks that the module is unloaded, /dev/gdrdrv, the DKMS tree,
-#      the built module, the sources and every packaged file are gone;
-#   5. reloads the tree's gdrdrv as guest.sh left it.
+#   5. purges every package and checks that every module is unloaded, /dev/gdrdrv, the DKMS
+#      trees, the built modules, the sources, nv_peer_mem's conffiles, init links and systemd
+#      link, and every packaged file are gone;
+#   6. unloads peermem_host and reloads the tree's gdrdrv as guest.sh left it.
 set -uo pipefail
 
 FAILS=()
+# Guest CPU time (all vCPUs, user+nice+system+irq+softirq) and wall time of the whole suite,
+# printed at the end: under TCG the guest's CPU time is what the suite costs the host.
+cpu_jiffies() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat; }
+SUITE_CPU0=${SUITE_CPU0:-$(cpu_jiffies)}
+SUITE_T0=${SUITE_T0:-$(cut -d' ' -f1 /proc/uptime)}
+export SUITE_CPU0 SUITE_T0
+suite_cost() {
+	awk -v c0="$SUITE_CPU0" -v c1="$(cpu_jiffies)" -v t0="$SUITE_T0" -v t1="$(cut -d' ' -f1 /proc/uptime)" \
+		-v hz="$(getconf CLK_TCK)" 'BEGIN { printf "packages: suite cost: guest CPU %.0f s, wall %.0f s\n", (c1 - c0) / hz, t1 - t0 }'
+}
 step() { echo "--- packages: $*"; }
 bad() { FAILS+=("$*"); echo "packages: FAIL: $*"; }
 die() { echo "packages suite FAIL: $*"; exit 1; }
 
 DEBS=$REPO/target/vmstage/debs
-PKGS=(libgdrapi2 libgdrapi-dev libgdsync2 libgdsync-dev libnvm libnvm-dev gdrdrv-dkms gdrcopy-tests gdrcopy)
+PKGS=(libgdrapi2 libgdrapi-dev libgdsync2 libgdsync-dev libnvm libnvm-dev gdrdrv-dkms gdrcopy-tests gdrcopy
+	libnvm-dkms nvidia-peer-memory nvidia-peer-memory-dkms)
+# DKMS modules of the packages: NAME VERSION PACKAGE
+DKMS_MODS=("gdrdrv 2.6 gdrdrv-dkms" "libnvm 0.3 libnvm-dkms" "nv_peer_mem 1.3 nvidia-peer-memory-dkms")
+PREBUILT=$REPO/target/vmstage/dkms
+PEERMEM_HOST_KO=$REPO/target/vmstage/kmod/peermem_host.ko
 KVER=$(uname -r)
 
 # --- 0. a private, throw-away view of /usr /etc /var -----------------------------------------
 if [ "${PKGTEST_IN_NS:-0}" != 1 ]; then
 	ls "$DEBS"/gdrdrv-dkms_*.deb >/dev/null 2>&1 || die "no packages in $DEBS (run packaging/build-debs on the host)"
+	[ -f "$PEERMEM_HOST_KO" ] || die "no $PEERMEM_HOST_KO (kmod/nv_peer_mem/vm-build.sh builds it)"
 	command -v dkms >/dev/null || die "dkms is not installed on the host (scripts/install-deps installs it)"
 	[ -e "/lib/modules/$KVER/build/Makefile" ] || die "no kernel headers for $KVER (/lib/modules/$KVER/build)"
 	modprobe overlay 2>/dev/null
@@ -99,7 +126,11 @@ restore_tree_gdrdrv() {
 finish() {
 	local rc=$?
 	stop_ns_udevd
+	if [ -d /sys/module/nv_peer_mem ]; then rmmod nv_peer_mem || { echo "packages: cannot unload nv_peer_mem"; rc=1; }; fi
+	if [ -d /sys/module/libnvm ]; then rmmod libnvm || { echo "packages: cannot unload libnvm"; rc=1; }; fi
+	if [ -d /sys/module/peermem_host ]; then rmmod peermem_host || { echo "packages: cannot unload peermem_host"; rc=1; }; fi
 	restore_tree_gdrdrv || rc=1
+	suite_cost
 	exit "$rc"
 }
 trap finish EXIT
@@ -108,8 +139,39 @@ trap finish EXIT
 step "unloading the tree's gdrdrv"
 if grep -q '^gdrdrv ' /proc/modules; then rmmod gdrdrv || die "rmmod gdrdrv (tree)"; fi
 rm -f /dev/gdrdrv
+for m in libnvm nv_peer_mem peermem_host; do
+	[ ! -d /sys/module/$m ] || die "$m is loaded before the suite (an earlier suite left it)"
+done
+# nv_peer_mem needs a peer-memory core: the test-only one (OFED 5.5+ model) over the VM's NVMe
+# controller as its DMA device, as suite 56 loads it.
+insmod "$PEERMEM_HOST_KO" dma_dev=nvme || die "insmod peermem_host"
 
-# --- 2. install ------------------------------------------------------------------------------
+# --- 2. the host's DKMS builds, where DKMS's postinst looks for them ---------------------------
+step "DKMS archives built on the host: checked against the packages, staged in /usr/share/NAME-dkms"
+for m in "${DKMS_MODS[@]}"; do
+	read -r name ver pkg <<< "$m"
+	tb=$PREBUILT/$name-$ver.dkms.tar.gz
+	[ -f "$tb" ] || die "no DKMS archive $tb (packaging/vm-build.sh makes it)"
+	x=$T/tb-$name
+	mkdir -p "$x" "$T/deb-$name"
+	tar -xzf "$tb" -C "$x" || die "cannot unpack $tb"
+	deb=$(ls "$DEBS/${pkg}_"*.deb | head -n1)
+	dpkg-deb -x "$deb" "$T/deb-$name" || die "dpkg-deb -x $deb"
+	# The archive must hold the packaged tree, unchanged: DKMS compiled what the package ships.
+	diff -r "$x/dkms_source_tree" "$T/deb-$name/usr/src/$name-$ver" >/dev/null ||
+		bad "$name: the DKMS archive's source differs from /usr/src/$name-$ver of $pkg"
+	ko=$(ls "$x/dkms_main_tree/$KVER/$(uname -m)/module/$name.ko"* 2>/dev/null | head -n1)
+	[ -n "$ko" ] || die "$name: no module for $KVER in $tb"
+	vm=$(modinfo -F vermagic "$ko" | cut -d' ' -f1)
+	[ "$vm" = "$KVER" ] || bad "$name: the archived module is for '$vm', not $KVER"
+	[ -s "$x/dkms_main_tree/$KVER/$(uname -m)/log/make.log" ] || bad "$name: no DKMS make.log in the archive"
+	echo "$name-$ver: $(tar -tzf "$tb" | grep -c .) entries, module for $vm, DKMS log: $(head -n1 "$x/dkms_main_tree/$KVER/$(uname -m)/log/make.log")"
+	mkdir -p "/usr/share/$name-dkms"
+	cp "$tb" "/usr/share/$name-dkms/$name-$ver.dkms.tar.gz"
+	rm -rf "$x" "$T/deb-$name"
+done
+
+# --- 3. install ------------------------------------------------------------------------------
 udev_running=no
 udevadm control --ping >/dev/null 2>&1 && udev_running=yes
 step "dpkg -i ${PKGS[*]} (udevd running: $udev_running)"
@@ -120,7 +182,7 @@ for p in "${PKGS[@]}"; do
 	debs+=("$f")
 done
 t0=$(date +%s)
-# Streamed (and kept in VMTEST_OUT): DKMS's build inside the guest is the slow step.
+# Streamed (and kept in VMTEST_OUT).
 DEBIAN_FRONTEND=noninteractive timeout -k 10 1200 dpkg -i "${debs[@]}" < /dev/null 2>&1 |
 	while IFS= read -r l; do echo "[$(cut -d' ' -f1 /proc/uptime)s] $l"; done | tee "$VMTEST_OUT/70-dpkg-install.log"
 rc=${PIPESTATUS[0]}
@@ -130,14 +192,21 @@ for p in "${PKGS[@]}"; do
 	dpkg-query -W -f='${Status}\n' "$p" | grep -q 'install ok installed' || bad "$p not installed"
 done
 
-st=$(dkms status gdrdrv 2>&1)
-echo "dkms status: $st"
-echo "$st" | grep -q "^gdrdrv/2.6, $KVER, [^:]*: installed" || bad "DKMS did not build and install gdrdrv for $KVER"
-ko=$(modinfo -n gdrdrv 2>/dev/null)
-case $ko in
-/lib/modules/$KVER/updates/dkms/gdrdrv.ko*) ;;
-*) bad "modinfo -n gdrdrv gives '$ko', not the DKMS-built module" ;;
-esac
+for m in "${DKMS_MODS[@]}"; do
+	read -r name ver pkg <<< "$m"
+	st=$(dkms status "$name" 2>&1)
+	echo "dkms status: $st"
+	echo "$st" | grep -q "^$name/$ver, $KVER, [^:]*: installed" || bad "DKMS did not install $name for $KVER"
+	# The postinst took DKMS's binary-module path: no compile in the guest.
+	grep -q "Loading tarball for $name-$ver" "$VMTEST_OUT/70-dpkg-install.log" ||
+		bad "$pkg's postinst did not load the DKMS archive of $name"
+	ko=$(modinfo -n "$name" 2>/dev/null)
+	case $ko in
+	/lib/modules/$KVER/updates/dkms/$name.ko*) ;;
+	*) bad "modinfo -n $name gives '$ko', not the DKMS-installed module" ;;
+	esac
+done
+grep -q 'Building initial module' "$VMTEST_OUT/70-dpkg-install.log" && bad "a DKMS postinst compiled a module in the guest"
 grep -q '^gdrdrv ' /proc/modules || bad "the postinst did not load gdrdrv"
 [ "$(cat /sys/module/gdrdrv/version 2>/dev/null)" = 2.6 ] || bad "loaded gdrdrv reports version '$(cat /sys/module/gdrdrv/version 2>/dev/null)'"
 major=$(awk '/^Block/ { exit } $2 == "gdrdrv" { print $1 }' /proc/devices)
@@ -164,7 +233,39 @@ else
 	echo "SKIP udev rule check: no udevd in this guest (the postinst used gdrdrv-node itself)"
 fi
 
-# --- 3. use ----------------------------------------------------------------------------------
+# nv_peer_mem: loaded by its postinst over the peer-memory core, both clients registered.
+step "nv_peer_mem (nvidia-peer-memory, nvidia-peer-memory-dkms)"
+grep -q '^nv_peer_mem ' /proc/modules || bad "the postinst did not load nv_peer_mem"
+[ "$(cat /sys/module/nv_peer_mem/version 2>/dev/null)" = 1.3-0 ] || bad "loaded nv_peer_mem reports version '$(cat /sys/module/nv_peer_mem/version 2>/dev/null)'"
+for c in nv_mem nv_mem_nc; do
+	[ "$(cat /sys/kernel/mm/memory_peers/$c/version 2>/dev/null)" = 1.3-0 ] || bad "peer-memory client $c is not registered"
+done
+grep -qx 'ONBOOT=yes' /etc/infiniband/nv_peer_mem.conf || bad "/etc/infiniband/nv_peer_mem.conf does not say ONBOOT=yes"
+out=$(/etc/init.d/nv_peer_mem status 2>&1)
+[ "$out" = "nv_peer_mem module is loaded." ] || bad "init script status says '$out'"
+ls /etc/rc2.d/S*nv_peer_mem >/dev/null 2>&1 || bad "update-rc.d did not register the init script"
+[ -L /etc/systemd/system/multi-user.target.wants/nv_peer_mem.service ] || bad "nv_peer_mem.service is not enabled"
+dpkg-query -W -f='${Conffiles}\n' nvidia-peer-memory | grep -q /etc/infiniband/nv_peer_mem.conf ||
+	bad "/etc/infiniband/nv_peer_mem.conf is not a conffile"
+echo "nv_peer_mem $(cat /sys/module/nv_peer_mem/version 2>/dev/null): clients $(ls /sys/kernel/mm/memory_peers 2>/dev/null | tr '\n' ' ')"
+
+# libnvm: not loaded by the package, not loaded through its PCI alias, loaded on request.
+step "libnvm helper module (libnvm-dkms)"
+[ -d /sys/module/libnvm ] && bad "libnvm-dkms loaded libnvm (it would take every free NVMe controller)"
+alias=$(cat "/sys/bus/pci/devices/$NVME_BDF/modalias" 2>/dev/null)
+if [ -n "$alias" ]; then
+	modprobe -R "$alias" 2>/dev/null | grep -qx libnvm || bad "depmod did not index libnvm's PCI alias ($alias)"
+	# modprobe -R ignores -b; kmod's configuration dump shows what udev's lookup filters out.
+	modprobe -c 2>/dev/null | grep -qx 'blacklist libnvm' || bad "libnvm is not blacklisted in kmod's configuration: udev would load it for $NVME_BDF"
+else
+	bad "no modalias for the NVMe controller '$NVME_BDF'"
+fi
+modprobe libnvm || bad "modprobe libnvm (the DKMS-installed module)"
+[ "$(cat /sys/module/libnvm/version 2>/dev/null)" = 0.3 ] || bad "loaded libnvm reports version '$(cat /sys/module/libnvm/version 2>/dev/null)'"
+grep -q '^[0-9]* libnvm helper$' /proc/devices || bad "libnvm registered no 'libnvm helper' char region"
+echo "libnvm $(cat /sys/module/libnvm/version 2>/dev/null) loaded; left loaded for the prerm to unload"
+
+# --- 4. use ----------------------------------------------------------------------------------
 # Only libcuda comes from the test tree (cudasim): libgdrapi.so.2 must be the packaged one.
 CUDADIR=$T/cuda
 mkdir -p "$CUDADIR"
@@ -226,11 +327,11 @@ fi
 [ "$(stat_of active_pins)" = "$PINS0" ] || bad "gpusim active_pins $(stat_of active_pins), was $PINS0"
 [ "$(stat_of free_pages)" = "$FREE0" ] || bad "gpusim free_pages $(stat_of free_pages), was $FREE0"
 
-# --- 4. purge --------------------------------------------------------------------------------
+# --- 5. purge --------------------------------------------------------------------------------
 files=$(dpkg -L "${PKGS[@]}" 2>/dev/null | sort -u)
 step "dpkg --purge"
 DEBIAN_FRONTEND=noninteractive timeout -k 10 600 dpkg --purge gdrcopy gdrcopy-tests libgdsync-dev libgdsync2 libnvm-dev libnvm libgdrapi-dev \
-	gdrdrv-dkms libgdrapi2 < /dev/null 2>&1 | tee "$VMTEST_OUT/70-dpkg-purge.log"
+	gdrdrv-dkms libgdrapi2 libnvm-dkms nvidia-peer-memory nvidia-peer-memory-dkms < /dev/null 2>&1 | tee "$VMTEST_OUT/70-dpkg-purge.log"
 rc=${PIPESTATUS[0]}
 [ "$rc" = 0 ] || bad "dpkg --purge failed (exit $rc)"
 for p in "${PKGS[@]}"; do
@@ -244,6 +345,25 @@ left=$(find "/lib/modules/$KVER" -name 'gdrdrv.ko*' 2>/dev/null)
 [ -z "$left" ] || bad "built module left behind: $left"
 modinfo gdrdrv >/dev/null 2>&1 && bad "modinfo still finds a gdrdrv module"
 [ -e /usr/src/gdrdrv-2.6 ] && bad "/usr/src/gdrdrv-2.6 still exists"
+for m in "${DKMS_MODS[@]}"; do
+	read -r name ver pkg <<< "$m"
+	[ "$name" = gdrdrv ] && continue
+	grep -q "^$name " /proc/modules && bad "$name is still loaded after purge"
+	[ -e "/var/lib/dkms/$name" ] && bad "/var/lib/dkms/$name still exists after purge"
+	left=$(find "/lib/modules/$KVER" -name "$name.ko*" 2>/dev/null)
+	[ -z "$left" ] || bad "built module left behind: $left"
+	[ -e "/usr/src/$name-$ver" ] && bad "/usr/src/$name-$ver still exists"
+	# the archive staged in step 2 is not the package's: it goes here
+	rm -f "/usr/share/$name-dkms/$name-$ver.dkms.tar.gz"
+	rmdir "/usr/share/$name-dkms" || bad "/usr/share/$name-dkms holds more than the staged archive"
+done
+rm -f /usr/share/gdrdrv-dkms/gdrdrv-2.6.dkms.tar.gz
+rmdir /usr/share/gdrdrv-dkms || bad "/usr/share/gdrdrv-dkms holds more than the staged archive"
+[ -e /sys/kernel/mm/memory_peers/nv_mem ] && bad "the nv_mem client is still registered after purge"
+for f in /etc/infiniband/nv_peer_mem.conf /etc/init.d/nv_peer_mem /etc/systemd/system/multi-user.target.wants/nv_peer_mem.service; do
+	[ -e "$f" ] || [ -L "$f" ] && bad "$f still exists after purge"
+done
+ls /etc/rc?.d/*nv_peer_mem >/dev/null 2>&1 && bad "init links of nv_peer_mem left after purge"
 n=0
 while read -r f; do
 	[ -n "$f" ] && [ -f "$f" ] && { echo "left behind: $f"; n=$((n + 1)); }
