@@ -37,6 +37,10 @@ build() {
             GDRAPI_CFLAGS="-I$top/include" GDRAPI_LIBS="-L$rel -lgdrapi" \
             CUDA_CFLAGS="-I$cuda_inc" CUDA_LIBS="-L$rel -lcuda"
     fi
+    if [ -f tools/nvm/Makefile ] && [ -f "$rel/libnvm.so" ]; then
+        log "building libnvm tools"
+        make -C tools/nvm all NVM_CFLAGS="-I$top/include" NVM_LIBS="-L$rel -lnvm"
+    fi
 }
 
 # install_lib NAME REALVERSION SONAME_MAJOR: target/release/libNAME.so → libNAME.so.REAL + links.
@@ -109,6 +113,9 @@ install_all() {
 
     if [ -f tools/gdrcopy/Makefile ]; then
         make -C tools/gdrcopy install DESTDIR="$D" bindir="$bindir"
+    fi
+    if [ -f tools/nvm/Makefile ] && [ -f "$rel/libnvm.so" ]; then
+        make -C tools/nvm install DESTDIR="$D" bindir="$bindir" NVM_CFLAGS="-I$top/include" NVM_LIBS="-L$rel -lnvm"
     fi
     # The diagnostic tool (a workspace binary, tools/gdrcopy_diag).
     if [ -f "$rel/gdrcopy_diag" ]; then
