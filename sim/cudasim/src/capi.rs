@@ -7,28 +7,44 @@ use crate::exec::Elem;
 use crate::stream::Op;
 use crate::types::*;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
-/// Runs an API body: maps `Err` to its code, logs failures when CUDASIM_LOG=1, and never lets a
-/// panic cross into C.
-pub(crate) fn boundary(name: &'static str, f: impl FnOnce() -> R<()>) -> CUresult {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => {
-            if crate::log_level() >= 2 {
-                crate::log!("{name} -> CUDA_SUCCESS");
+/// cudasim's side of the C boundary: a panic is logged as an internal error of the function and
+/// returned as `CUDA_ERROR_UNKNOWN` (see the `CUresult` return below).
+pub(crate) struct CudaSim;
+
+impl gpudirect_common::boundary::Library for CudaSim {
+    type Error = CUresult;
+    fn panicked(function: &str, _message: &str) {
+        crate::log!("{function}: internal error (panic)");
+    }
+    /// Unused: every cudasim export returns a `CUresult`, never an `int`.
+    fn errno(_function: &str, e: CUresult) -> c_int {
+        e as c_int
+    }
+}
+
+/// An API body's `Err` becomes its code; failures are logged when CUDASIM_LOG=1, successes too
+/// at CUDASIM_LOG=2.
+impl gpudirect_common::boundary::CReturn<CudaSim> for CUresult {
+    type Body = R<()>;
+    fn on_panic() -> Self {
+        err::UNKNOWN
+    }
+    fn finish(name: &str, body: impl FnOnce() -> R<()>) -> Self {
+        match body() {
+            Ok(()) => {
+                if crate::log_level() >= 2 {
+                    crate::log!("{name} -> CUDA_SUCCESS");
+                }
+                err::SUCCESS
             }
-            err::SUCCESS
-        }
-        Ok(Err(e)) => {
-            // NOT_READY is a normal answer; cuGetProcAddress logs its misses itself.
-            if e != err::NOT_READY && !name.starts_with("cuGetProcAddress") {
-                crate::log!("{name} -> {} ({e})", error_entry(e).map_or("?", |x| x.1));
+            Err(e) => {
+                // NOT_READY is a normal answer; cuGetProcAddress logs its misses itself.
+                if e != err::NOT_READY && !name.starts_with("cuGetProcAddress") {
+                    crate::log!("{name} -> {} ({e})", error_entry(e).map_or("?", |x| x.1));
+                }
+                e
             }
-            e
-        }
-        Err(_) => {
-            crate::log!("{name}: internal error (panic)");
-            err::UNKNOWN
         }
     }
 }
@@ -94,7 +110,7 @@ macro_rules! export {
         mod $name {
             use super::*;
             pub(super) unsafe extern "C" fn imp($($arg: $ty),*) -> CUresult {
-                boundary(stringify!($name), move || -> R<()> { $body })
+                gpudirect_common::guarded!(CudaSim, stringify!($name), -> CUresult { $body })
             }
         }
         crate::entry::patchable_entry! {

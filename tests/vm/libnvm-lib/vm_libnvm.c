@@ -37,13 +37,11 @@
 #define PATTERN_TAG (0xA5ULL << 56)
 #define WRITE_MUL 0x9E3779B97F4A7C15ULL
 
-static int failures;
+#include "../lib/check.h"
+
 static FILE* writes;
 
-#define OK(cond, ...) do { \
-    if (cond) { printf("ok - "); } else { printf("not ok - "); ++failures; } \
-    printf(__VA_ARGS__); printf("\n"); fflush(stdout); \
-} while (0)
+#define OK(cond, ...) check_report(!!(cond), __VA_ARGS__)
 
 static size_t ps;
 static int pagemap = -1;
@@ -884,6 +882,6 @@ int main(int argc, char** argv)
     munmap((void*) bar, (size_t) stt.st_size);
     close(fd);
     fclose(writes);
-    printf("# %d failures\n", failures);
-    return failures ? 1 : 0;
+    printf("# %d failures\n", check_failures);
+    return check_failures ? 1 : 0;
 }

@@ -42,12 +42,9 @@ int nvm_dma_map_device(nvm_dma_t** map, const nvm_ctrl_t* ctrl, void* devptr, si
 #define GPG 0x10000UL
 #define FILL 0x5a5a5a5a5a5a5a5aULL
 
-static int failures;
+#include "../lib/check.h"
 
-#define OK(cond, ...) do { \
-    if (cond) { printf("ok - "); } else { printf("not ok - "); ++failures; } \
-    printf(__VA_ARGS__); printf("\n"); fflush(stdout); \
-} while (0)
+#define OK(cond, ...) check_report(!!(cond), __VA_ARGS__)
 #define MUST(cond, ...) do { OK(cond, __VA_ARGS__); if (!(cond)) { return 1; } } while (0)
 
 static long long stat_of(const char* file, const char* key)
@@ -466,6 +463,6 @@ int main(int argc, char** argv)
     free(admva);
     free(qva);
     free(dva);
-    printf("# %d failure(s)\n", failures);
-    return failures ? 1 : 0;
+    printf("# %d failure(s)\n", check_failures);
+    return check_failures ? 1 : 0;
 }

@@ -47,11 +47,8 @@
 #define IOVA_GPU 0x2000000000ULL
 #define IOVA_NONE 0x3000000000ULL
 
-static int failures;
-#define OK(cond, ...) do { \
-    if (cond) { printf("ok - "); } else { printf("not ok - "); ++failures; } \
-    printf(__VA_ARGS__); printf("\n"); fflush(stdout); \
-} while (0)
+#include "../lib/check.h"
+#define OK(cond, ...) check_report(!!(cond), __VA_ARGS__)
 /* cond is evaluated once: several are calls */
 #define MUST(cond, ...) do { int c_ = !!(cond); OK(c_, __VA_ARGS__); if (!c_) { return 1; } } while (0)
 
@@ -342,6 +339,6 @@ int main(int argc, char** argv)
     close(group);
     close(container);
     free(host);
-    printf("# %d failure(s)\n", failures);
-    return failures ? 1 : 0;
+    printf("# %d failure(s)\n", check_failures);
+    return check_failures ? 1 : 0;
 }

@@ -13,6 +13,10 @@ use std::time::Duration;
 fn streams_execute_in_order_with_callbacks() {
     setup();
     static CALLS: AtomicUsize = AtomicUsize::new(0);
+    /// Checks that the word at `data` holds the value written before it in the stream.
+    ///
+    /// # Safety
+    /// `data` is the address of a 4-byte aligned device word that stays allocated for the call.
     unsafe extern "C" fn cb(_s: CUstream, status: CUresult, data: *mut c_void) {
         assert_eq!(status, 0);
         // SAFETY: data is the address of a live AtomicU32 device word (see below).
@@ -21,6 +25,10 @@ fn streams_execute_in_order_with_callbacks() {
         assert_eq!(word.load(Ordering::SeqCst), 5);
         CALLS.fetch_add(1, Ordering::SeqCst);
     }
+    /// Stores 6 in the word at `data`.
+    ///
+    /// # Safety
+    /// As `cb`.
     unsafe extern "C" fn hostfn(data: *mut c_void) {
         // SAFETY: as above.
         unsafe { AtomicU32::from_ptr(data as *mut u32) }.store(6, Ordering::SeqCst);
