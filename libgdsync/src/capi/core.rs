@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 use gpudirect_common::{Errno, Result};
 
 use crate::abi::*;
-use crate::capi::Gds;
+use crate::capi::hooks::Gds;
 use crate::capi::parse::*;
 use crate::capi::post::{post, post_plain, post_scratch};
 use crate::engine::memops::{self, Desc};

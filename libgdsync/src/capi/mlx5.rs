@@ -6,7 +6,7 @@ use std::ffi::c_int;
 use gpudirect_common::Result;
 
 use crate::abi::*;
-use crate::capi::Gds;
+use crate::capi::hooks::Gds;
 use crate::capi::parse::*;
 use crate::cuda::cuda;
 use crate::engine::memmgr::memmgr;

@@ -5,7 +5,7 @@
 //! `GDS_ENABLE_LEGACY_API_2_1`); below them `post`, the stream submission they share.
 //!
 //! Every export is defined through [`gpudirect_common::export!`] with the library hooks of
-//! [`Gds`]: a panic is logged and becomes `EIO` (NULL with `errno` for `gds_create_qp`), and a
+//! [`hooks::Gds`]: a panic is logged and becomes `EIO` (NULL with `errno` for `gds_create_qp`), and a
 //! forked child is refused before any body runs. Five exports are the macro's unguarded form,
 //! because their common case is a leaf that cannot panic: the two value prepares, the value
 //! posts (`gds_stream_post_poll_dword`, `gds_stream_post_poke_dword`) and
@@ -14,29 +14,7 @@
 //! contract in one line (they differ). Application memory is read by [`parse`], once, into the
 //! engine's safe types.
 
-use std::ffi::c_int;
-
-use gpudirect_common::boundary::Library;
-use gpudirect_common::{Errno, Result};
-
-/// libgdsync's side of the C boundary: a panic is logged under the function's name, an error is
-/// its errno, and every `int` call first checks that this is not a forked child.
-pub(crate) struct Gds;
-
-impl Library for Gds {
-    type Error = Errno;
-    fn panicked(function: &str, message: &str) {
-        gds_err!(function, "internal error (panic): {message}");
-    }
-    #[inline(always)]
-    fn errno(_function: &str, e: Errno) -> c_int {
-        e.0
-    }
-    #[inline(always)]
-    fn enter(function: &str) -> Result<()> {
-        crate::fork::check(function)
-    }
-}
+mod hooks;
 
 pub mod parse;
 

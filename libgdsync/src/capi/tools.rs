@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_void};
 use gpudirect_common::Result;
 
 use crate::abi::*;
-use crate::capi::Gds;
+use crate::capi::hooks::Gds;
 use crate::capi::parse::*;
 use crate::capi::post::{post, post_plain};
 use crate::cuda::cuda;
