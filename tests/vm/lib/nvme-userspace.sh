@@ -12,8 +12,11 @@
 nvme_dev=/sys/bus/pci/devices/$NVME_BDF
 nvme_driver() { basename "$(readlink "$nvme_dev/driver" 2>/dev/null)" 2>/dev/null; }
 
-nvme_userspace_restore() {
-	local rc=$? n=0
+# Gives the controller back to nvme (whatever holds it) and waits for its namespace; prints
+# ok/not ok and fails when nvme does not come back. Also used by the suites that bind the
+# controller to the helper module (28, 29) from their own EXIT traps.
+nvme_rebind() {
+	local n=0
 	echo > "$nvme_dev/driver_override" 2>/dev/null
 	if [ "$(nvme_driver)" != nvme ]; then
 		[ -n "$(nvme_driver)" ] && echo "$NVME_BDF" > "$nvme_dev/driver/unbind"
@@ -23,11 +26,16 @@ nvme_userspace_restore() {
 		n=$((n + 1))
 		if [ $n -gt 100 ]; then
 			echo "not ok - nvme rebound to $NVME_BDF with its namespace (driver: $(nvme_driver))"
-			exit 1
+			return 1
 		fi
 		sleep 0.2
 	done
 	echo "ok - nvme rebound to $NVME_BDF, namespace back"
+}
+
+nvme_userspace_restore() {
+	local rc=$?
+	nvme_rebind || exit 1
 	exit "$rc"
 }
 

@@ -28,25 +28,12 @@ fi
 [ -e /dev/gpusim ] || die "/dev/gpusim missing: gpusim not loaded"
 dev=/sys/bus/pci/devices/$NVME_BDF
 drv_of() { basename "$(readlink "$dev/driver" 2>/dev/null)" 2>/dev/null; }
+. "$REPO/tests/vm/lib/nvme-userspace.sh"
 loaded_here=0
 
 restore() {
 	local rc=$?
-	echo > "$dev/driver_override" 2>/dev/null
-	if [ "$(drv_of)" != nvme ]; then
-		[ -n "$(drv_of)" ] && echo "$NVME_BDF" > "$dev/driver/unbind"
-		echo "$NVME_BDF" > /sys/bus/pci/drivers/nvme/bind 2>/dev/null || true
-	fi
-	local n=0
-	while [ "$(drv_of)" != nvme ] || ! ls "$dev"/nvme/nvme*/nvme*n1 >/dev/null 2>&1; do
-		n=$((n + 1))
-		if [ $n -gt 100 ]; then
-			echo "not ok - nvme rebound to $NVME_BDF with its namespace (driver: $(drv_of))"
-			exit 1
-		fi
-		sleep 0.2
-	done
-	echo "ok - nvme rebound to $NVME_BDF, namespace back"
+	nvme_rebind || exit 1
 	if [ $loaded_here = 1 ] && grep -q '^libnvm ' /proc/modules; then
 		if rmmod libnvm; then echo "ok - rmmod libnvm"; else echo "not ok - rmmod libnvm"; rc=1; fi
 	fi
