@@ -1,7 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# VM build hook (tests/vm/build-host.sh, STAGE = target/vmstage), for
+# Late VM build hook (tests/vm/build-host.sh, LATE_HOOKS: it runs while the VM runs the other
+# suites, STAGE in scripts/vmtest's snapshot of target/vmstage), for
 # tests/vm/suites/70-packages.sh:
 #   - $STAGE/debs: the Debian packages of target/packages/deb. packaging/build-debs reuses those
 #     when they were built and checked from the same inputs (packaging/inputs-hash; the packages

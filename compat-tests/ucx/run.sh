@@ -6,7 +6,7 @@
 # libcuda's).
 #
 #   compat-tests/ucx/run.sh [--mode host|gpusim] [--negative-only] [--prebuilt DIR] [--stage DIR]
-#                           [--gdr-prefix DIR]
+#                           [--gdr-prefix DIR] [--cudasim FILE]
 #
 # --mode host (default): cudasim in host memory with dma-buf exports (CUDA 13.3 reported), so
 #     libgdrapi runs its dma-buf backend; the negative case turns the exports off.
@@ -16,6 +16,7 @@
 # --stage DIR: build the test programs into DIR and stop (the VM hook, vm-build.sh).
 # --prebuilt DIR: run the programs staged in DIR instead of building (the VM suite).
 # --gdr-prefix DIR: our library already installed there (else build-ucx.sh installs it).
+# --cudasim FILE: the libcuda.so (cudasim) a UCX build links against (build-ucx.sh's option).
 # Prints "ok - ..." / "not ok - ..." and "N passed, N failed"; exits non-zero on any failure.
 set -uo pipefail
 
@@ -28,8 +29,9 @@ while [ $# -gt 0 ]; do
         --negative-only) negative_only=1; shift ;;
         --prebuilt) prebuilt=$2; shift 2 ;;
         --stage) stage=$2; shift 2 ;;
-        --gdr-prefix) gdr_prefix_opt=(--gdr-prefix "$2"); shift 2 ;;
-        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --gdr-prefix) gdr_prefix_opt+=(--gdr-prefix "$2"); shift 2 ;;
+        --cudasim) gdr_prefix_opt+=(--cudasim "$2"); shift 2 ;;
+        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done

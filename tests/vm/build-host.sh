@@ -7,13 +7,24 @@
 # component's hook (listed in HOOKS below, run at the end). Keep each step idempotent and fail
 # loudly.
 #
-# Environment: REPO (repository root), KVER (guest kernel version), VMTEST_NO_CARGO=1 skips the
-# cargo build (for debugging kernel-only suites while the workspace does not build).
+#   build-host.sh            the common steps and HOOKS, before the VM boots
+#   build-host.sh --late S   only the LATE_HOOKS of suite S (below), while the VM runs
+#   build-host.sh --late-suites   the suites that have a late hook, one per line
+#
+# Environment: REPO (repository root), KVER (guest kernel version), STAGE (where hooks stage;
+# default target/vmstage: scripts/vmtest points late hooks at its frozen snapshot of it),
+# VMTEST_NO_CARGO=1 skips the cargo build (for debugging kernel-only suites while the workspace
+# does not build).
 set -euo pipefail
 
 REPO=${REPO:-$(cd "$(dirname "$0")/../.." && pwd)}
 cd "$REPO"
-STAGE=$REPO/target/vmstage
+STAGE=${STAGE:-$REPO/target/vmstage}
+LATE_SUITE= LATE_LIST=0
+case ${1:-} in
+--late) LATE_SUITE=${2:?build-host.sh --late SUITE} ;;
+--late-suites) LATE_LIST=1 ;;
+esac
 mkdir -p "$STAGE/lib" "$STAGE/bin"
 
 step() { printf '[build-host] %s\n' "$*"; }
@@ -47,11 +58,39 @@ HOOKS=(
 	tests/vm/libnvm-pq/vm-build.sh
 	compat-tests/ucx/vm-build.sh
 	kmod/nv_peer_mem/vm-build.sh
-	packaging/vm-build.sh
 )
-for hook in "${HOOKS[@]}"; do
+# Late hooks: "SUITE HOOK", the one suite that needs what HOOK makes. scripts/vmtest boots the
+# VM without them and runs each in the background with STAGE in its snapshot (inputs frozen,
+# outputs seen by the guest at once); the suite waits for its mark (tests/vm/lib/late-build.sh).
+# They are the slow ones that wait on other builds: UCX (built in the background since the
+# first cargo build) and the .debs and their DKMS archives (built by the packages tier).
+LATE_HOOKS=(
+	"38-ucx compat-tests/ucx/vm-build.sh"
+	"70-packages packaging/vm-build.sh"
+)
+for entry in "${HOOKS[@]}" "${LATE_HOOKS[@]}"; do
+	hook=${entry##* }
 	[ -f "$REPO/$hook" ] || { step "ERROR: hook $hook is listed in HOOKS but missing"; exit 1; }
 done
+
+run_hook() {
+	step "$1"
+	t0=$SECONDS; cpu_now
+	REPO=$REPO STAGE=$STAGE bash "$REPO/$1" || { step "ERROR: hook $1 failed"; exit 1; }
+	cpu_since
+	step "$1 done in $((SECONDS - t0)) s, $CPU_USED s CPU"
+}
+if [ "$LATE_LIST" = 1 ]; then
+	for entry in "${LATE_HOOKS[@]}"; do echo "${entry%% *}"; done
+	exit 0
+fi
+if [ -n "$LATE_SUITE" ]; then
+	for entry in "${LATE_HOOKS[@]}"; do
+		[ "${entry%% *}" = "$LATE_SUITE" ] && { run_hook "${entry##* }"; exit 0; }
+	done
+	step "ERROR: no late hook for suite $LATE_SUITE"
+	exit 1
+fi
 
 # --- Rust workspace ------------------------------------------------------------------------
 if [ "${VMTEST_NO_CARGO:-0}" != 1 ]; then
@@ -133,10 +172,4 @@ else
 	rm -f "$STAGE/bin/verbs_loopback" "$STAGE/bin/verbs_loopback_asan"
 fi
 
-for hook in "${HOOKS[@]}"; do
-	step "$hook"
-	t0=$SECONDS; cpu_now
-	REPO=$REPO STAGE=$STAGE bash "$REPO/$hook" || { step "ERROR: hook $hook failed"; exit 1; }
-	cpu_since
-	step "$hook done in $((SECONDS - t0)) s, $CPU_USED s CPU"
-done
+for hook in "${HOOKS[@]}"; do run_hook "$hook"; done

@@ -26,6 +26,8 @@ pass() { echo "ok - $*"; }
 die() { echo "ucx suite FAIL: $*"; exit 1; }
 stat_of() { awk -v k="$1:" '$1 == k { print $2 }' "$STATS"; }
 
+. "$REPO/tests/vm/lib/late-build.sh"
+late_build_wait 38-ucx || die "no UCX build (compat-tests/ucx/vm-build.sh, a late hook)"
 [ -x "$UCXT/uct_gdr_check" ] || die "missing $UCXT/uct_gdr_check (compat-tests/ucx/vm-build.sh)"
 [ -c /dev/gpusim ] || die "/dev/gpusim missing: gpusim not loaded"
 [ -w "$MMAP_PARAM" ] || die "$MMAP_PARAM missing: gpusim without dma-buf export"

@@ -3,8 +3,9 @@
 #
 # Suite: the Debian packages, installed and used the way a user would (issues 12, 32, 34).
 #
-# The .debs come from packaging/build-debs, staged by packaging/vm-build.sh into
-# target/vmstage/debs, with one DKMS archive per kernel module in target/vmstage/dkms: DKMS
+# The .debs come from packaging/build-debs, staged by packaging/vm-build.sh (a late hook of
+# tests/vm/build-host.sh: the suite waits for it) into target/vmstage/debs, with one DKMS
+# archive per kernel module in target/vmstage/dkms: DKMS
 # itself, run on the host by packaging/dkms-prebuild on the packaged source trees for this
 # kernel (the compile under TCG took minutes). Inside a private mount namespace whose /usr,
 # /etc and /var are overlays over tmpfs (virtme-ng shares the host's root with the guest;
@@ -55,6 +56,8 @@ KVER=$(uname -r)
 
 # --- 0. a private, throw-away view of /usr /etc /var -----------------------------------------
 if [ "${PKGTEST_IN_NS:-0}" != 1 ]; then
+	. "$REPO/tests/vm/lib/late-build.sh"
+	late_build_wait 70-packages || die "no packages (packaging/vm-build.sh, a late hook)"
 	ls "$DEBS"/gdrdrv-dkms_*.deb >/dev/null 2>&1 || die "no packages in $DEBS (run packaging/build-debs on the host)"
 	[ -f "$PEERMEM_HOST_KO" ] || die "no $PEERMEM_HOST_KO (kmod/nv_peer_mem/vm-build.sh builds it)"
 	command -v dkms >/dev/null || die "dkms is not installed on the host (scripts/install-deps installs it)"
