@@ -156,8 +156,11 @@ static int connect_qp(struct ibv_qp *qp, uint32_t remote_qpn)
 		return -1;
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 10;
-	a.retry_cnt = 2;
+	/* ACK timeout 4.096 us * 2^14 = 67 ms, 7 retries: under TCG on a busy host soft-RoCE's
+	 * responder can fall further behind than 4 ms * 2 retries, and a multi-packet send then
+	 * ended in retry-exceeded, leaving the receiving stream wait (and the shared stream) stuck. */
+	a.timeout = 14;
+	a.retry_cnt = 7;
 	a.rnr_retry = 7;
 	a.sq_psn = 0;
 	a.max_rd_atomic = 1;
