@@ -56,7 +56,6 @@ HOOKS=(
 	tools/nvm/vm-build.sh
 	tests/vm/libnvm/vm-build.sh
 	tests/vm/libnvm-pq/vm-build.sh
-	compat-tests/ucx/vm-build.sh
 	kmod/nv_peer_mem/vm-build.sh
 )
 # Late hooks: "SUITE HOOK", the one suite that needs what HOOK makes. scripts/vmtest boots the
