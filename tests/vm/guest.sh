@@ -3,7 +3,8 @@
 #
 # Runs inside the test VM as root (started by scripts/vmtest through virtme-ng).
 #
-#   guest.sh [--out DIR] [--suite GLOB] [--keep-going] [--timeout SECS] [--setup-only]
+#   guest.sh [--out DIR] [--run DIR] [--suite GLOB | --suites "NAME..."] [--keep-going]
+#            [--timeout SECS] [--setup-only]
 #
 # Loads gpusim and gdrdrv (if built), creates /dev/gdrdrv the way upstream's installer does, runs
 # tests/vm/suites/*.sh in order (each under a timeout), unloads the modules, scans the kernel log,
@@ -17,7 +18,9 @@ set -u
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT=
+RUN_DIR=
 SUITE_GLOB='*'
+SUITE_LIST=
 KEEP_GOING=0
 SUITE_TIMEOUT=${SUITE_TIMEOUT:-900}
 SETUP_ONLY=0
@@ -25,6 +28,8 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	--out) OUT=$2; shift ;;
 	--suite) SUITE_GLOB=$2; shift ;;
+	--suites) SUITE_LIST=$2; shift ;;
+	--run) RUN_DIR=$2; shift ;;
 	--keep-going) KEEP_GOING=1 ;;
 	--timeout) SUITE_TIMEOUT=$2; shift ;;
 	--setup-only) SETUP_ONLY=1 ;;
@@ -60,14 +65,31 @@ if grep -qsa hostusr /sys/bus/virtio/drivers/9pnet_virtio/*/mount_tag; then
 fi
 echo 0 > /proc/sys/kernel/randomize_va_space || fail "cannot turn ASLR off"
 
-# scripts/vmtest froze this run's build products in $OUT/snapshot: put them over the live paths
-# (the host tree may be rebuilt by someone else while we run).
-if [ -n "$OUT" ] && [ -f "$OUT/snapshot/paths" ]; then
+# --out DIR: where this guest's results go. --run DIR (default: the --out directory): the run's
+# directory on the host, which holds the build snapshot and the late builds' marks; a run with
+# two VMs gives each its own --out inside the one --run.
+RUN_DIR=${RUN_DIR:-$OUT}
+# scripts/vmtest froze this run's build products in RUN_DIR/snapshot: put them over the live
+# paths (the host tree may be rebuilt by someone else while we run). It shares snapshot/root
+# again as 9p tag "snapshot", mounted page-cached like /usr above (the suites start the staged
+# programs thousands of times). The late builds add files to it while we run: 9p asks the host
+# for any name the guest has not cached, so their results appear once they are done.
+SNAPSHOT=${RUN_DIR:+$RUN_DIR/snapshot}
+if [ -n "$SNAPSHOT" ] && [ -f "$SNAPSHOT/paths" ]; then
+	snap_root=$SNAPSHOT/root
+	if grep -qsa '^snapshot' /sys/bus/virtio/drivers/9pnet_virtio/*/mount_tag; then
+		mkdir -p /run/snapshot
+		if mount -t 9p -o trans=virtio,version=9p2000.L,cache=loose,msize=512000,ro snapshot /run/snapshot; then
+			snap_root=/run/snapshot
+		else
+			fail "cannot mount the page-cached snapshot (9p tag snapshot)"
+		fi
+	fi
 	while read -r p; do
 		[ -e "$REPO/$p" ] || { echo "snapshot: $REPO/$p vanished"; continue; }
-		mount --bind "$OUT/snapshot/root/$p" "$REPO/$p" || fail "bind-mount snapshot of $p"
-	done < "$OUT/snapshot/paths"
-	log "running this run's build snapshot of: $(tr '\n' ' ' < "$OUT/snapshot/paths")"
+		mount --bind "$snap_root/$p" "$REPO/$p" || fail "bind-mount snapshot of $p"
+	done < "$SNAPSHOT/paths"
+	log "running this run's build snapshot ($snap_root) of: $(tr '\n' ' ' < "$SNAPSHOT/paths")"
 fi
 dmesg -n 1 2>/dev/null   # keep kernel messages off the console; we print them at the end
 
@@ -107,6 +129,7 @@ export REPO
 export STAGE_LIB=$REPO/target/vmstage/lib
 export STAGE_BIN=$REPO/target/vmstage/bin
 export VMTEST_OUT=${OUT:-/tmp/vmtest-out}
+export VMTEST_LATE=${RUN_DIR:-$VMTEST_OUT}/late
 export HAVE_GDRDRV=$GDRDRV_LOADED
 mkdir -p "$VMTEST_OUT"
 # QEMU's NVMe controller (1b36:0010), if scripts/vmtest attached one: its PCI address, and the
@@ -142,6 +165,9 @@ if [ ${#FAILED[@]} -eq 0 ]; then
 		name=$(basename "$suite" .sh)
 		# shellcheck disable=SC2254
 		case $name in $SUITE_GLOB) ;; *) continue ;; esac
+		if [ -n "$SUITE_LIST" ]; then
+			case " $SUITE_LIST " in *" $name "*) ;; *) continue ;; esac
+		fi
 		RAN=$((RAN + 1))
 		log "SUITE START $name"
 		mark=$(klog_mark)
@@ -170,7 +196,7 @@ if [ ${#FAILED[@]} -eq 0 ]; then
 			break
 		fi
 	done
-	[ "$RAN" -gt 0 ] || fail "no suite matched '$SUITE_GLOB'"
+	[ "$RAN" -gt 0 ] || fail "no suite matched '$SUITE_GLOB'${SUITE_LIST:+ and '$SUITE_LIST'}"
 fi
 
 # --- unload: must succeed, i.e. nothing may still hold the modules ------------------------
