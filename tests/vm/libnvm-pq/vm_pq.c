@@ -3,7 +3,7 @@
  * module-free: BAR0 through sysfs resource0, memory located through /proc/self/pagemap (no IOMMU
  * in the VM: bus address = physical address). CPU threads stand in for GPU threads.
  *
- * Usage: vm_pq BDF WRITES_FILE [threads=64] [ops per thread=2000]
+ * Usage: vm_pq BDF WRITES_FILE [threads=64] [ops per thread=500]
  *
  * Checks: 4 queue pairs of odd depths (SQ 64/61/37/50, CQ 64/97/40/256) created with
  * nvm_pq_host_create; every thread does verified reads of the image pattern
@@ -315,7 +315,7 @@ int main(int argc, char** argv)
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     c.threads = argc > 3 ? (unsigned) atoi(argv[3]) : 64;
-    c.ops = argc > 4 ? (unsigned) atoi(argv[4]) : 2000;
+    c.ops = argc > 4 ? (unsigned) atoi(argv[4]) : 500;
     if (c.threads < 4 || c.threads > MAX_THREADS || c.ops < ERR_EVERY) {
         fprintf(stderr, "vm_pq: threads 4..%d, ops >= %u\n", MAX_THREADS, ERR_EVERY);
         return 2;

@@ -5,7 +5,8 @@
 # gpusim's exports (kmod/gpusim, exporter "nv_dmabuf") for cuMemGetHandleForAddressRange.
 #   pass 1, gpusim dmabuf_mmap=1 (what a CUDA 13.3+ driver allows): the library's dma-buf
 #     integration tests (libgdrapi/tests/dmabuf_cudasim.rs, which include the dma-buf copy/unmap
-#     race; the gdrdrv race binary runs in suite 35) with CUDASIM_BACKEND=gpusim and a 13.3 driver;
+#     race; the gdrdrv race binary runs in suite 35, which leaves this one to this suite) with
+#     CUDASIM_BACKEND=gpusim and a 13.3 driver;
 #     gpusim's counters must show that its dma-bufs were used and that none is left.
 #   pass 2, dmabuf_mmap=0 and the H100 machine's CUDA 13.0 driver (docs/consumers.md): without
 #     gdrdrv, gdr_open fails with upstream's four messages, in order, exactly as seen there; with
@@ -63,7 +64,8 @@ for t in "$TESTS"/dmabuf_cudasim; do
 	out=$(mktemp)
 	# --nocapture puts a test's SKIP line after its name; an ignored or skipped test would pass
 	# without running, so any is a failure here.
-	if timeout 600 "$t" --test-threads=1 --nocapture >"$out" 2>&1 && ! grep -q 'SKIP' "$out" &&
+	if GPUDIRECT_REQUIRE_DEVICES=1 timeout 600 "$t" --test-threads=1 --nocapture --include-ignored >"$out" 2>&1 &&
+		! grep -q 'SKIP' "$out" &&
 		grep -qE '^test result: ok\. [1-9][0-9]* passed; 0 failed; 0 ignored' "$out"; then
 		pass "$(basename "$t") on gpusim dma-bufs ($(grep -E '^test result' "$out" | tail -n1))"
 	else
