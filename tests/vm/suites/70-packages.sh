@@ -41,7 +41,8 @@ suite_cost() {
 	awk -v c0="$SUITE_CPU0" -v c1="$(cpu_jiffies)" -v t0="$SUITE_T0" -v t1="$(cut -d' ' -f1 /proc/uptime)" \
 		-v hz="$(getconf CLK_TCK)" 'BEGIN { printf "packages: suite cost: guest CPU %.0f s, wall %.0f s\n", (c1 - c0) / hz, t1 - t0 }'
 }
-step() { echo "--- packages: $*"; }
+# Each step says the guest's uptime, so a slow step shows in the log.
+step() { echo "--- packages [$(cut -d' ' -f1 /proc/uptime)s]: $*"; }
 bad() { FAILS+=("$*"); echo "packages: FAIL: $*"; }
 die() { echo "packages suite FAIL: $*"; exit 1; }
 
@@ -204,8 +205,10 @@ DEBIAN_FRONTEND=noninteractive timeout -k 10 1200 dpkg -i "${debs[@]}" < /dev/nu
 rc=${PIPESTATUS[0]}
 [ "$rc" = 0 ] || die "dpkg -i failed (exit $rc)"
 step "installed in $(($(date +%s) - t0)) s"
+# One dpkg-query for all of them: each call parses the whole status file, seconds under TCG.
+installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${PKGS[@]}" 2>/dev/null)
 for p in "${PKGS[@]}"; do
-	dpkg-query -W -f='${Status}\n' "$p" | grep -q 'install ok installed' || bad "$p not installed"
+	grep -qx "$p install ok installed" <<< "$installed" || bad "$p not installed"
 done
 
 for m in "${DKMS_MODS[@]}"; do
@@ -289,7 +292,7 @@ ln -s "$(readlink -f "$STAGE_LIB/libcuda.so.1")" "$CUDADIR/libcuda.so.1"
 export LD_LIBRARY_PATH=$CUDADIR
 lib=$(ldd /usr/bin/gdrcopy_sanity | awk '$1 == "libgdrapi.so.2" { print $3 }')
 pkglib=/usr/lib/x86_64-linux-gnu/libgdrapi.so.2
-[ -n "$lib" ] && [ "$(readlink -f "$lib")" = "$(readlink -f "$pkglib")" ] && dpkg -S "$pkglib" | grep -q '^libgdrapi2:' ||
+[ -n "$lib" ] && [ "$(readlink -f "$lib")" = "$(readlink -f "$pkglib")" ] && dpkg -L libgdrapi2 | grep -qx "$pkglib" ||
 	bad "gdrcopy_sanity loads libgdrapi.so.2 from '$lib', not from the libgdrapi2 package"
 
 step "packaged gdrcopy_sanity"
@@ -334,7 +337,7 @@ C
 if gcc -Wall -Wextra -Werror -o "$T/nvm_consumer" "$T/nvm_consumer.c" $(pkg-config --cflags --libs nvm); then
 	"$T/nvm_consumer" || bad "the libnvm consumer did not get an error for a bad fd"
 	lib=$(ldd "$T/nvm_consumer" | awk '$1 == "libnvm.so" { print $3 }')
-	[ "$(readlink -f "$lib")" = /usr/lib/x86_64-linux-gnu/libnvm.so ] && dpkg -S /usr/lib/x86_64-linux-gnu/libnvm.so | grep -q '^libnvm:' ||
+	[ "$(readlink -f "$lib")" = /usr/lib/x86_64-linux-gnu/libnvm.so ] && dpkg -L libnvm | grep -qx /usr/lib/x86_64-linux-gnu/libnvm.so ||
 		bad "the consumer loads libnvm.so from '$lib', not from the libnvm package"
 else
 	bad "a libnvm consumer does not build with pkg-config --cflags --libs nvm against the packages"
@@ -350,8 +353,9 @@ DEBIAN_FRONTEND=noninteractive timeout -k 10 600 dpkg --purge gdrcopy gdrcopy-te
 	gdrdrv-dkms libgdrapi2 libnvm-dkms nvidia-peer-memory nvidia-peer-memory-dkms < /dev/null 2>&1 | tee "$VMTEST_OUT/70-dpkg-purge.log"
 rc=${PIPESTATUS[0]}
 [ "$rc" = 0 ] || bad "dpkg --purge failed (exit $rc)"
+left=$(dpkg-query -W -f='${Package} ${Status}\n' "${PKGS[@]}" 2>/dev/null)
 for p in "${PKGS[@]}"; do
-	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'installed' && bad "$p still installed"
+	grep -q "^$p .*installed" <<< "$left" && bad "$p still installed"
 done
 grep -q '^gdrdrv ' /proc/modules && bad "gdrdrv is still loaded after purge"
 grep -qw gdrdrv /proc/devices && bad "gdrdrv still registered in /proc/devices"
