@@ -161,7 +161,7 @@ PY
         # CFLAGS come after UCX's own -O3 -g on every compile line, so they are what counts:
         # -O1 without debug info. UCX is a fixture here: the tests check which transport it
         # picks and what it copies through our libgdrapi, which its optimisation level does not
-        # change, and -O1 compiles it with about a third less CPU than autoconf's -O2 (the
+        # change, and -O1 compiles it with about a quarter less CPU than autoconf's -O2 (the
         # build is ~8% of a full CI run's CPU). Nothing here debugs UCX.
         timed configure "$b/configure.log" env CPPFLAGS="-I$here/nvml-stub" CFLAGS="-O1 -g0" \
             ./configure --prefix="$build" \
