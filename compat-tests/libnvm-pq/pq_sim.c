@@ -6,7 +6,7 @@
  * within its deadline, a lost doorbell recovered by nvm_pq_host_reset, and every CID completing
  * exactly once (queue statistics against the controller's command count).
  *
- * Usage: pq_sim [threads=64] [ops per thread=2000]
+ * Usage: pq_sim [threads=64] [ops per thread=500]
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -365,7 +365,7 @@ int main(int argc, char** argv)
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     c.threads = argc > 1 ? (unsigned) atoi(argv[1]) : 64;
-    c.ops = argc > 2 ? (unsigned) atoi(argv[2]) : 2000;
+    c.ops = argc > 2 ? (unsigned) atoi(argv[2]) : 500;
     ops_full = c.ops;
     if (c.threads < 4 || c.threads > MAX_THREADS || c.threads > 120 || c.ops < 4 * ERR_EVERY) {
         fprintf(stderr, "usage: pq_sim [threads 4..120] [ops >= %u]\n", 4 * ERR_EVERY);
