@@ -210,7 +210,8 @@ for p in "${PKGS[@]}"; do
 	grep -qx "$p install ok installed" <<< "$installed" || bad "$p not installed"
 done
 
-# One dkms status for every module: each call walks DKMS's whole tree in shell, ~9 s under TCG.
+# One dkms status for every module: each call walks DKMS's whole tree in shell (with three
+# modules installed, 20 s of a CI run's VM; three calls took 27 s).
 dkms_st=$(dkms status 2>&1)
 echo "$dkms_st" | sed 's/^/dkms status: /'
 for m in "${DKMS_MODS[@]}"; do
