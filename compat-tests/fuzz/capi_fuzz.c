@@ -644,15 +644,34 @@ static void op_cuda_free(void)
 	buf_renew((int)below(NBUF));
 }
 
+/* A whole unsigned number (decimal, 0x hex or 0 octal) or false: "--ops=bogus", "--ops=" and
+ * "--ops=12k" must not run as 0 or 12 operations. */
+static bool parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (*s == '\0' || *s == '-' || *s == '+')
+		return false;
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno || *end != '\0')
+		return false;
+	*out = v;
+	return true;
+}
+
 int main(int argc, char **argv)
 {
 	int i;
 
 	for (i = 1; i < argc; i++) {
+		bool ok = true;
+
 		if (!strncmp(argv[i], "--seed=", 7)) {
-			seed = strtoull(argv[i] + 7, NULL, 0);
+			ok = parse_u64(argv[i] + 7, &seed);
 		} else if (!strncmp(argv[i], "--ops=", 6)) {
-			opt_ops = strtoull(argv[i] + 6, NULL, 0);
+			ok = parse_u64(argv[i] + 6, &opt_ops) && opt_ops > 0;
 		} else if (!strcmp(argv[i], "--backend=gdrdrv")) {
 			on_gdrdrv = true;
 		} else if (!strcmp(argv[i], "--backend=dma-buf")) {
@@ -660,8 +679,12 @@ int main(int argc, char **argv)
 		} else if (!strcmp(argv[i], "--allow-known-oversize-map")) {
 			allow_oversize_map = true;
 		} else {
-			fprintf(stderr, "usage: capi_fuzz [--seed=N] [--ops=N] [--backend=dma-buf|gdrdrv] "
-				"[--allow-known-oversize-map]\n");
+			ok = false;
+		}
+		if (!ok) {
+			fprintf(stderr, "capi_fuzz: bad argument '%s'\n"
+				"usage: capi_fuzz [--seed=N] [--ops=N (N > 0)] [--backend=dma-buf|gdrdrv] "
+				"[--allow-known-oversize-map]\n", argv[i]);
 			return 2;
 		}
 	}

@@ -65,8 +65,18 @@ int main(int argc, char **argv)
 	int i, n = 300, hung = 0, bad = 0;
 	pthread_t t;
 
-	if (argc > 1 && !strncmp(argv[1], "--children=", 11))
-		n = atoi(argv[1] + 11);
+	if (argc > 1) {
+		char *end;
+		long v;
+
+		errno = 0;
+		v = strncmp(argv[1], "--children=", 11) ? -1 : strtol(argv[1] + 11, &end, 10);
+		if (v < 1 || v > 100000 || errno || argv[1][11] == '\0' || *end != '\0' || argc > 2) {
+			fprintf(stderr, "usage: fork_locks [--children=N] (1 <= N <= 100000; default 300)\n");
+			return 2;
+		}
+		n = (int)v;
+	}
 	parent_g = gdr_open();
 	if (!parent_g) {
 		fprintf(stderr, "fork_locks: gdr_open failed\n");

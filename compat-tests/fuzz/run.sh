@@ -41,6 +41,19 @@ gcc -std=gnu11 -Wall -Wextra -Werror -O1 -g -fno-omit-frame-pointer \
     "$here/capi_fuzz.c" -o "$out/capi_fuzz" -L"$out/lib" -lgdrapi -lgdsync -lcuda
 gcc -std=gnu11 -Wall -Wextra -Werror -O1 -g -pthread -I"$top/include" \
     "$here/fork_locks.c" -o "$out/fork_locks" -L"$out/lib" -lgdrapi
+# A bad count or seed is refused with the usage line (exit 2), never run as some other number.
+for bad in --ops=bogus --ops= --ops=12k --ops=0 --seed=-1 --seed=0x --backend=cuda; do
+    brc=0
+    LD_LIBRARY_PATH="$out/lib" "$out/capi_fuzz" "$bad" >"$out/bad-arg.log" 2>&1 || brc=$?
+    [ "$brc" = 2 ] && grep -q "^capi_fuzz: bad argument '$bad'" "$out/bad-arg.log" ||
+        { cat "$out/bad-arg.log"; echo "capi_fuzz $bad: exit $brc, expected 2 with its usage"; exit 1; }
+done
+for bad in --children=x --children= --children=0 --children=5x; do
+    brc=0
+    LD_LIBRARY_PATH="$out/lib" "$out/fork_locks" "$bad" >"$out/bad-arg.log" 2>&1 || brc=$?
+    [ "$brc" = 2 ] || { cat "$out/bad-arg.log"; echo "fork_locks $bad: exit $brc, expected 2"; exit 1; }
+done
+echo "bad arguments: refused by capi_fuzz and fork_locks"
 # The dma-buf backend over cudasim's memfd exports; gdrdrv is never used even where it exists.
 # ASan's leak check covers the C side; the libraries' allocations are Rust's (same allocator).
 # Its whole output (~32,000 lines, mostly the libraries' own error lines for the refused calls)
