@@ -5,7 +5,7 @@
 # gpusim's exports (kmod/gpusim, exporter "nv_dmabuf") for cuMemGetHandleForAddressRange.
 #   pass 1, gpusim dmabuf_mmap=1 (what a CUDA 13.3+ driver allows): the library's dma-buf
 #     integration tests (libgdrapi/tests/dmabuf_cudasim.rs, which include the dma-buf copy/unmap
-#     race; the gdrdrv race binary runs in suite 35, which leaves this one to this suite) with
+#     race; the gdrdrv race binary runs in suite 35, this one only here) with
 #     CUDASIM_BACKEND=gpusim and a 13.3 driver;
 #     gpusim's counters must show that its dma-bufs were used and that none is left.
 #   pass 2, dmabuf_mmap=0 and the H100 machine's CUDA 13.0 driver (docs/consumers.md): without
