@@ -47,38 +47,6 @@ log() { echo "[guest $(cut -d' ' -f1 /proc/uptime)s] $*"; }
 
 log "kernel $(uname -r), $(nproc) CPUs, guest booted in $(cut -d' ' -f1 /proc/uptime)s"
 
-# virtme-ng's root is the host's, over 9p without a cache, where the kernel drops a dentry as
-# soon as nothing uses it: every path through the top-level links /bin, /lib, /lib64 and /sbin
-# (every exec's interpreter, library paths, ldconfig's 2,000 stats) cost a 9p walk and a
-# readlink, round trips through QEMU. A tmpfs becomes the root instead (pivot_root, so PID 1
-# and every process move with us, and systemd's tools do not see a chroot): the same links,
-# and each top-level directory of the old root bound in with its mounts. Probe, idle host:
-# the packages suite 258 -> 200 s of QEMU CPU, ldconfig 4.7 -> 1.0 s. Not for --setup-only
-# (an interactive shell keeps the root it has).
-if [ "$SETUP_ONLY" = 0 ] && [ "$(findmnt -no FSTYPE /)" = 9p ]; then
-	new_root=/media
-	here=$PWD
-	if mount --make-rprivate / && mount -t tmpfs -o mode=755 guest-root "$new_root"; then
-		for e in /* /.[!.]*; do
-			[ "$e" = "$new_root" ] && continue
-			if [ -L "$e" ]; then
-				ln -s "$(readlink "$e")" "$new_root$e"
-			elif [ -d "$e" ]; then
-				mkdir "$new_root$e" && mount --rbind "$e" "$new_root$e" || fail "cannot bind $e into the tmpfs root"
-			fi
-		done
-		mkdir -p "$new_root/media" "$new_root/.old-root"
-		if (cd "$new_root" && pivot_root . .old-root); then
-			cd "$here" || fail "cannot return to $here in the tmpfs root"
-			log "root: a tmpfs with the 9p root's links and directories bound in"
-		else
-			fail "pivot_root to the tmpfs root"
-		fi
-	else
-		fail "cannot mount the tmpfs root on $new_root"
-	fi
-fi
-
 # Under TCG a process start costs ~100 ms, most of it QEMU translating the code of ld.so, libc
 # and the program again: it reuses translated code only for the same physical page at the same
 # virtual address. virtme-ng's 9p root has no page cache (every exec reads the files into new
@@ -105,6 +73,41 @@ if cp -p /etc/ld.so.cache /etc/ld.so.cache.mem && mv /etc/ld.so.cache.mem /etc/l
 	log "/etc/ld.so.cache: copied into the guest's memory"
 else
 	fail "cannot copy /etc/ld.so.cache up into the /etc overlay"
+fi
+
+# virtme-ng's root is the host's, over 9p without a cache, where the kernel drops a dentry as
+# soon as nothing uses it: every path through the top-level links /bin, /lib, /lib64 and /sbin
+# (every exec's interpreter, library paths, ldconfig's 2,000 stats) cost a 9p walk and a
+# readlink, round trips through QEMU. A tmpfs becomes the root instead (pivot_root, so PID 1
+# and every process move with us, and systemd's tools do not see a chroot): the same links,
+# and each top-level directory of the old root bound in with its mounts (the page-cached /usr
+# above among them). Probe, idle host: the packages suite 258 -> 200 s of QEMU CPU, ldconfig
+# 4.7 -> 1.0 s. Not for --setup-only (an interactive shell keeps the root it has).
+if [ "$SETUP_ONLY" = 0 ] && [ "$(findmnt -no FSTYPE /)" = 9p ]; then
+	new_root=/media
+	here=$PWD
+	if mount --make-rprivate / && mount -t tmpfs -o mode=755 guest-root "$new_root"; then
+		dirs=()
+		for e in /* /.[!.]*; do
+			if [ -L "$e" ]; then
+				ln -s "$(readlink "$e")" "$new_root$e" || fail "cannot copy the link $e into the tmpfs root"
+			elif [ -d "$e" ] && [ "$e" != "$new_root" ]; then
+				dirs+=("$e")
+			fi
+		done
+		mkdir "${dirs[@]/#/$new_root}" "$new_root/media" "$new_root/.old-root" || fail "cannot make the tmpfs root's directories"
+		for e in "${dirs[@]}"; do
+			mount --rbind "$e" "$new_root$e" || fail "cannot bind $e into the tmpfs root"
+		done
+		if (cd "$new_root" && pivot_root . .old-root); then
+			cd "$here" || fail "cannot return to $here in the tmpfs root"
+			log "root: a tmpfs with the 9p root's links and directories bound in"
+		else
+			fail "pivot_root to the tmpfs root"
+		fi
+	else
+		fail "cannot mount the tmpfs root on $new_root"
+	fi
 fi
 
 # --out DIR: where this guest's results go. --run DIR (default: the --out directory): the run's
