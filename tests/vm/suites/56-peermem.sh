@@ -54,7 +54,10 @@ for c in nv_mem nv_mem_nc; do
 	done
 done
 echo "ok - identity: version 1.3-0, clients nv_mem + nv_mem_nc, NCCL/UCX/NVSHMEM probe files present"
-dmesg | grep -q "registered peer memory client nv_mem version 1.3-0 (invalidating, new-style)" ||
+# The log is read whole first: under pipefail, `dmesg | grep -q` fails whenever grep exits on its
+# match before dmesg has written the rest (SIGPIPE).
+klog=$(dmesg)
+grep -q "registered peer memory client nv_mem version 1.3-0 (invalidating, new-style)" <<< "$klog" ||
 	fail "nv_mem did not register as a new-style invalidating client"
 
 pins0=$(gstat active_pins); free0=$(gstat free_pages)

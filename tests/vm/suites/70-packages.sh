@@ -276,7 +276,10 @@ alias=$(cat "/sys/bus/pci/devices/$NVME_BDF/modalias" 2>/dev/null)
 if [ -n "$alias" ]; then
 	modprobe -R "$alias" 2>/dev/null | grep -qx libnvm || bad "depmod did not index libnvm's PCI alias ($alias)"
 	# modprobe -R ignores -b; kmod's configuration dump shows what udev's lookup filters out.
-	modprobe -c 2>/dev/null | grep -qx 'blacklist libnvm' || bad "libnvm is not blacklisted in kmod's configuration: udev would load it for $NVME_BDF"
+	# Read whole first: under pipefail, `modprobe -c | grep -q` fails when grep exits on its
+	# match before modprobe has written the rest of the dump (SIGPIPE; seen in a CI-like run).
+	kmod_conf=$(modprobe -c 2>/dev/null)
+	grep -qx 'blacklist libnvm' <<< "$kmod_conf" || bad "libnvm is not blacklisted in kmod's configuration: udev would load it for $NVME_BDF"
 else
 	bad "no modalias for the NVMe controller '$NVME_BDF'"
 fi
