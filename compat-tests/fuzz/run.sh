@@ -25,7 +25,7 @@ done
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$top/target}
 out=$CARGO_TARGET_DIR/capi-fuzz
 mkdir -p "$out/lib"
-"$top/compat-tests/gdsync/fetch-cuda-headers.sh" >/dev/null
+"$top/scripts/fetch-cuda-headers" >/dev/null
 [ -f /usr/include/infiniband/verbs.h ] || { echo "libibverbs-dev is needed (infiniband/verbs.h)"; exit 2; }
 if [ -z "${NO_BUILD:-}" ]; then
     cargo build -q --release -p gdrapi -p gdsync -p cudasim

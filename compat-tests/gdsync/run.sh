@@ -13,7 +13,7 @@
 #       (it runs on soft-RoCE in the VM: tests/vm/suites/50-gdsync-verbs.sh);
 #   4. the descriptor suite on a stream of the simulated libcuda (sim/cudasim), default env and
 #      with NOR waits enabled, plus an ASan/UBSan build of it (and valgrind with VALGRIND=1).
-# Exits non-zero on any failure. Needs cuda.h (fetched by fetch-cuda-headers.sh) and
+# Exits non-zero on any failure. Needs cuda.h (fetched by scripts/fetch-cuda-headers) and
 # libibverbs-dev. Set NO_BUILD=1 to reuse target/release as it is.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,7 +25,7 @@ fail=0
 step() { printf '== %s\n' "$*"; }
 bad() { printf 'FAIL: %s\n' "$*"; fail=1; }
 
-"$here/fetch-cuda-headers.sh" >/dev/null
+"$here/../../scripts/fetch-cuda-headers" >/dev/null
 CUDA_INC=$top/.deps/cuda/include
 [ -f /usr/include/infiniband/verbs.h ] || { echo "libibverbs-dev is needed (infiniband/verbs.h)"; exit 2; }
 if [ -z "${NO_BUILD:-}" ]; then

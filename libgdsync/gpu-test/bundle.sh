@@ -9,7 +9,7 @@ cd "$top"
 B=$top/target/gdsync-gpu
 rm -rf "$B"
 mkdir -p "$B/lib" "$B/include-extra" "$B/linkstub"
-compat-tests/gdsync/fetch-cuda-headers.sh >/dev/null
+scripts/fetch-cuda-headers >/dev/null
 cargo build -q --release -p gdsync -p cudasim
 cp target/release/libgdsync.so "$B/lib/libgdsync.so.2"
 ln -sf libgdsync.so.2 "$B/lib/libgdsync.so"

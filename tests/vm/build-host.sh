@@ -7,7 +7,11 @@
 # component's hook (listed in HOOKS below, run at the end). Keep each step idempotent and fail
 # loudly.
 #
-#   build-host.sh            the common steps and HOOKS, before the VM boots
+#   build-host.sh            everything below, in turn, before the VM boots
+#   build-host.sh --phase P  one part of it: cargo (the workspace build), early (EARLY_HOOKS) or
+#                            main (the common steps and the other HOOKS); scripts/vmtest runs
+#                            cargo, then early in the background beside the kernel-module
+#                            builds and main, so that the host build uses both cores
 #   build-host.sh --late S   only the LATE_HOOKS of suite S (below), while the VM runs
 #   build-host.sh --late-suites   the suites that have a late hook, one per line
 #
@@ -20,11 +24,17 @@ set -euo pipefail
 REPO=${REPO:-$(cd "$(dirname "$0")/../.." && pwd)}
 cd "$REPO"
 STAGE=${STAGE:-$REPO/target/vmstage}
-LATE_SUITE= LATE_LIST=0
+LATE_SUITE= LATE_LIST=0 PHASES="cargo early main"
 case ${1:-} in
 --late) LATE_SUITE=${2:?build-host.sh --late SUITE} ;;
 --late-suites) LATE_LIST=1 ;;
+--phase)
+	PHASES=${2:?build-host.sh --phase cargo|early|main}
+	case $PHASES in cargo | early | main) ;; *) echo "build-host.sh: unknown phase $PHASES" >&2; exit 2 ;; esac ;;
+"") ;;
+*) echo "build-host.sh: unknown argument $1" >&2; exit 2 ;;
 esac
+phase() { [[ " $PHASES " == *" $1 "* ]]; }
 mkdir -p "$STAGE/lib" "$STAGE/bin"
 
 step() { printf '[build-host] %s\n' "$*"; }
@@ -58,6 +68,13 @@ HOOKS=(
 	tests/vm/libnvm-pq/vm-build.sh
 	kmod/nv_peer_mem/vm-build.sh
 )
+# Early hooks: the ones that need neither the kernel modules nor anything the main phase makes,
+# and that take half of the host build's CPU time on one core (cargo test builds of a crate or
+# two). Their own phase, which scripts/vmtest runs beside the rest.
+EARLY_HOOKS=(
+	sim/cudasim/vm-build.sh
+	libgdrapi/tests/vm-build.sh
+)
 # Late hooks: "SUITE HOOK", the one suite that needs what HOOK makes. scripts/vmtest boots the
 # VM without them and runs each in the background with STAGE in its snapshot (inputs frozen,
 # outputs seen by the guest at once); the suite waits for its mark (tests/vm/lib/late-build.sh).
@@ -70,6 +87,10 @@ LATE_HOOKS=(
 for entry in "${HOOKS[@]}" "${LATE_HOOKS[@]}"; do
 	hook=${entry##* }
 	[ -f "$REPO/$hook" ] || { step "ERROR: hook $hook is listed in HOOKS but missing"; exit 1; }
+done
+is_early() { [[ " ${EARLY_HOOKS[*]} " == *" $1 "* ]]; }
+for hook in "${EARLY_HOOKS[@]}"; do
+	[[ " ${HOOKS[*]} " == *" $hook "* ]] || { step "ERROR: early hook $hook is not in HOOKS"; exit 1; }
 done
 
 run_hook() {
@@ -92,7 +113,9 @@ if [ -n "$LATE_SUITE" ]; then
 fi
 
 # --- Rust workspace ------------------------------------------------------------------------
-if [ "${VMTEST_NO_CARGO:-0}" != 1 ]; then
+if ! phase cargo; then
+	:
+elif [ "${VMTEST_NO_CARGO:-0}" != 1 ]; then
 	step "cargo build --release --workspace"
 	t0=$SECONDS; cpu_now
 	cargo build --release --workspace
@@ -101,6 +124,11 @@ if [ "${VMTEST_NO_CARGO:-0}" != 1 ]; then
 else
 	step "cargo build skipped (VMTEST_NO_CARGO=1)"
 fi
+
+if phase early; then
+	for hook in "${HOOKS[@]}"; do if is_early "$hook"; then run_hook "$hook"; fi; done
+fi
+phase main || exit 0
 
 # --- staged libraries: what a real installation would put on the loader path ----------------
 # STAGE_LIB (exported to the suites) holds the sonames consumers load; they point at the
@@ -171,4 +199,4 @@ else
 	rm -f "$STAGE/bin/verbs_loopback" "$STAGE/bin/verbs_loopback_asan"
 fi
 
-for hook in "${HOOKS[@]}"; do run_hook "$hook"; done
+for hook in "${HOOKS[@]}"; do if ! is_early "$hook"; then run_hook "$hook"; fi; done

@@ -21,7 +21,7 @@ for l in libgdrapi.so:libgdrapi.so.2 libgdsync.so:libgdsync.so.2 libcuda.so:libc
 	ln -sfn "$rel/${l%%:*}" "$STAGE/capi-fuzz/lib/${l%%:*}"
 	ln -sfn "$rel/${l%%:*}" "$STAGE/capi-fuzz/lib/${l##*:}"
 done
-"$REPO/compat-tests/gdsync/fetch-cuda-headers.sh" >/dev/null
+"$REPO/scripts/fetch-cuda-headers" >/dev/null
 gcc -std=gnu11 -Wall -Wextra -Werror -O1 -g -fno-omit-frame-pointer \
 	-fsanitize=address,undefined -fno-sanitize-recover=undefined \
 	-I"$REPO/include" -I"$REPO/include/gdsync/compat" -I"$REPO/.deps/cuda/include" \
