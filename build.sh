@@ -29,6 +29,11 @@ log() { printf '==> %s\n' "$*" >&2; }
 build() {
     log "cargo build --release (workspace)"
     "$CARGO" build --release --workspace --locked
+    # cargo locks its target directory; the C tools build in the tree, so one make at a time
+    # (the test run calls build.sh from two lanes at once).
+    mkdir -p "$CARGO_TARGET_DIR"
+    exec {tools_lock}>"$CARGO_TARGET_DIR/.c-tools.lock"
+    flock "$tools_lock"
     if [ -f tools/gdrcopy/Makefile ]; then
         local cuda_inc
         cuda_inc=$(scripts/fetch-cuda-headers)
@@ -41,6 +46,7 @@ build() {
         log "building libnvm tools"
         make -C tools/nvm all NVM_CFLAGS="-I$top/include" NVM_LIBS="-L$rel -lnvm"
     fi
+    exec {tools_lock}>&-
 }
 
 # install_lib NAME REALVERSION SONAME_MAJOR: target/release/libNAME.so → libNAME.so.REAL + links.
