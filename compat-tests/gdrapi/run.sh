@@ -8,7 +8,9 @@
 #                                               PKG_CONFIG_PATH=DIR/lib/pkgconfig pkg-config gdrapi
 #   compat-tests/gdrapi/run.sh --libdir DIR     against libgdrapi.so/.a already in DIR (no cargo;
 #                                               used inside the VM), headers from include/
-# Options: --keep (keep the work directory), --work DIR, --no-sanitizers, --no-valgrind.
+# Options: --keep (keep the work directory), --work DIR, --no-sanitizers, --no-valgrind,
+#          --build-only (build the consumer programs into the work directory, check and run
+#          nothing: the VM's build hook, whose guest runs them).
 # Env: CC (gcc), CXX (g++).  Exits non-zero if any check fails; prints "N passed, N failed".
 set -uo pipefail
 
@@ -16,7 +18,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 CC=${CC:-gcc}
 CXX=${CXX:-g++}
-prefix="" libdir_opt="" keep=0 work="" sanitizers=1 valgrind=1
+prefix="" libdir_opt="" keep=0 work="" sanitizers=1 valgrind=1 build_only=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --prefix) prefix=$2; shift 2 ;;
@@ -27,7 +29,8 @@ while [ $# -gt 0 ]; do
         --keep) keep=1; shift ;;
         --no-sanitizers) sanitizers=0; shift ;;
         --no-valgrind) valgrind=0; shift ;;
-        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --build-only) build_only=1; valgrind=0; shift ;;
+        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -45,6 +48,7 @@ not_ok() { failed=$((failed + 1)); failures+=("$1"); printf 'not ok - %s\n' "$1"
 mkdir -p "$work/log"
 step() {
     local name=$1; shift
+    [ "$build_only" = 0 ] || [[ $name == "build consumer"* ]] || return 0
     local log="$work/log/$(printf '%s' "$name" | tr -c 'A-Za-z0-9._-' '_').log"
     if "$@" >"$log" 2>&1; then ok "$name"; else
         not_ok "$name"; sed 's/^/    | /' "$log" | tail -n 60
