@@ -161,9 +161,8 @@ PY
         # CFLAGS come after UCX's own -O3 -g on every compile line, so they are what counts:
         # -O0 without debug info. UCX is a fixture here: the tests check which transport it
         # picks and what it copies through our libgdrapi, which its optimisation level does not
-        # change. Its make took 71 s of CPU at -O0 on an idle host, 106 at -O1 and 138 at -O2 in
-        # full runs; the VM's UCX suite costs ~4 s more QEMU CPU at -O0 than at -O1. Nothing
-        # here debugs UCX.
+        # change, and -O0 is the cheapest compile of a build that is a sizeable part of a full
+        # run's CPU. Nothing here debugs UCX.
         timed configure "$b/configure.log" env CPPFLAGS="-I$here/nvml-stub" CFLAGS="-O0 -g0" \
             ./configure --prefix="$build" \
             --with-cuda="$cuda" --with-gdrcopy="$gdr_prefix" \

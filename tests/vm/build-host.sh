@@ -113,16 +113,16 @@ if [ -n "$LATE_SUITE" ]; then
 fi
 
 # --- Rust workspace ------------------------------------------------------------------------
-if ! phase cargo; then
-	:
-elif [ "${VMTEST_NO_CARGO:-0}" != 1 ]; then
-	step "cargo build --release --workspace"
-	t0=$SECONDS; cpu_now
-	cargo build --release --workspace
-	cpu_since
-	step "cargo build done in $((SECONDS - t0)) s, $CPU_USED s CPU"
-else
-	step "cargo build skipped (VMTEST_NO_CARGO=1)"
+if phase cargo; then
+	if [ "${VMTEST_NO_CARGO:-0}" != 1 ]; then
+		step "cargo build --release --workspace"
+		t0=$SECONDS; cpu_now
+		cargo build --release --workspace
+		cpu_since
+		step "cargo build done in $((SECONDS - t0)) s, $CPU_USED s CPU"
+	else
+		step "cargo build skipped (VMTEST_NO_CARGO=1)"
+	fi
 fi
 
 if phase early; then

@@ -81,8 +81,7 @@ fi
 # readlink, round trips through QEMU. A tmpfs becomes the root instead (pivot_root, so PID 1
 # and every process move with us, and systemd's tools do not see a chroot): the same links,
 # and each top-level directory of the old root bound in with its mounts (the page-cached /usr
-# above among them). Probe, idle host: the packages suite 258 -> 200 s of QEMU CPU, ldconfig
-# 4.7 -> 1.0 s. Not for --setup-only (an interactive shell keeps the root it has).
+# above among them). Not for --setup-only (an interactive shell keeps the root it has).
 if [ "$SETUP_ONLY" = 0 ] && [ "$(findmnt -no FSTYPE /)" = 9p ]; then
 	new_root=/media
 	here=$PWD

@@ -277,7 +277,7 @@ if [ -n "$alias" ]; then
 	modprobe -R "$alias" 2>/dev/null | grep -qx libnvm || bad "depmod did not index libnvm's PCI alias ($alias)"
 	# modprobe -R ignores -b; kmod's configuration dump shows what udev's lookup filters out.
 	# Read whole first: under pipefail, `modprobe -c | grep -q` fails when grep exits on its
-	# match before modprobe has written the rest of the dump (SIGPIPE; seen in a CI-like run).
+	# match before modprobe has written the rest of the dump (SIGPIPE).
 	kmod_conf=$(modprobe -c 2>/dev/null)
 	grep -qx 'blacklist libnvm' <<< "$kmod_conf" || bad "libnvm is not blacklisted in kmod's configuration: udev would load it for $NVME_BDF"
 else
